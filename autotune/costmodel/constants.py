@@ -1,0 +1,53 @@
+"""Named physical constants of the cost model. Each carries its unit in its name and a source.
+
+Calibrated efficiency parameters are not here: they live in ``params.CostParams`` and are fit on
+the published runs (``autotune validate --fit``).
+"""
+
+# ---- bytes per parameter, mixed-precision Adam (Rajbhandari et al. 2020, ZeRO, sec. 3.1;
+# Megatron-LM keeps fp32 main gradients) -> 2 + 4 + 12 = 18 bytes/param (COST_MODEL.md: 16-18)
+WEIGHT_BYTES_PER_PARAM = 2.0          # bf16 working weights
+GRAD_BYTES_PER_PARAM = 4.0            # fp32 main gradients
+OPTIMIZER_BYTES_PER_PARAM = 12.0      # fp32 master weights + Adam m and v
+GRAD_REDUCE_BYTES_PER_PARAM = 2.0     # gradients reduced in bf16 (Megatron --grad-reduce-in-bf16, FSDP2 mixed precision)
+PARAM_GATHER_BYTES_PER_PARAM = 2.0    # bf16 parameters all-gathered (ZeRO-1/FSDP)
+ADAM_STEP_TRAFFIC_BYTES_PER_PARAM = 30.0
+"""HBM traffic of one fused Adam step per owned parameter: read fp32 master, m, v, grad (16 B),
+write master, m, v (12 B) and the bf16 copy (2 B)."""
+
+ACTIVATION_BYTES = 2.0                # bf16 activations on the wire (TP, CP, PP, EP)
+LOGITS_BYTES = 4.0                    # fp32 logits kept for the loss
+
+# ---- activations (Korthikanti et al. 2022, arXiv:2205.05198, eq. 2 and Table 2) ----
+ACT_ATTN_BYTES_PER_TOKEN_HIDDEN = 15.0   # attention block 11 sbh + two layer norms 4 sbh
+ACT_MLP_BYTES_PER_TOKEN_HIDDEN = 19.0    # MLP block with a 4h GELU FFN
+ACT_SCORES_BYTES_PER_TOKEN_HEAD_SEQ = 5.0  # softmax scores + dropout mask, the 5 a s^2 b term
+ACT_FULL_RECOMPUTE_BYTES_PER_TOKEN_HIDDEN = 2.0  # only the bf16 layer input is kept
+FRAMEWORK_RESERVED_BYTES = 3.0e9
+"""CUDA context, NCCL buffers and allocator fragmentation: an engineering allowance (assumed)."""
+
+# ---- compute ----
+CAUSAL_ATTENTION_WORK_FRACTION = 0.5
+"""Causal FlashAttention skips the masked upper triangle of QK^T (Dao 2023): half the core work."""
+ELEMENTWISE_TRAFFIC_BYTES_PER_TOKEN_HIDDEN = 68.0
+"""Memory-bound elementwise kernels (norms, activations, residuals, dropout) move roughly the
+stored-activation bytes twice (write + read): 2 x 34 bytes per token per hidden unit per layer."""
+
+# ---- network ----
+PACKET_SPRAY_EFFICIENCY = 0.95
+"""Per-packet spraying / adaptive routing: near-full bisection; 5% lost to headers and reorder
+buffers (assumed; switch vendors quote 90-97% effective utilisation)."""
+PACKET_SPRAY_REORDER_PROB = 1e-3
+"""Probability a sprayed packet arrives out of order and, under go-back-N, triggers a window
+retransmission (assumed; paths of unequal queueing delay)."""
+SR_TAIL_TIMEOUT_FRACTION = 0.01
+"""Fraction of losses that selective repeat can only recover by a retransmission timeout (tail
+losses with no later packet to reveal the gap) (assumed)."""
+RTO_MIN_s = 1e-4
+"""Minimum retransmission timeout of the RDMA transport (assumed, tuned RoCE deployments)."""
+DP_BUCKETS = 8
+"""Gradient buckets per step: the last one cannot overlap with backward (PyTorch DDP default
+25 MB buckets; Megatron overlaps by bucket)."""
+EXPERT_IMBALANCE_FACTOR = 1.1
+"""Busiest expert's load over the mean with auxiliary-loss balancing (assumed; DeepSeek-V3 and
+Mixtral report near-balanced routing)."""

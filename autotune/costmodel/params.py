@@ -1,0 +1,54 @@
+"""Calibrated efficiency parameters: few, physical, fit on published runs (not per row)."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields, replace
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+
+import yaml
+
+
+@dataclass(frozen=True)
+class CostParams:
+    """Achievable-efficiency curve and communication efficiency.
+
+    GEMM efficiency (fraction of dense peak) as a saturating function of the GEMM's arithmetic
+    intensity I (FLOP per byte of operands): ``eff = gemm_efficiency_max * I / (I + k * ridge)``
+    with ridge = peak FLOP/s / HBM B/s of the GPU (the roofline ridge point; Williams et al. 2009).
+    """
+
+    gemm_efficiency_max: float = 0.75
+    gemm_half_intensity_ridge_ratio: float = 1.0
+    attention_core_efficiency: float = 0.45
+    fp8_gemm_speedup_realised: float = 0.65
+    """Fraction of the 2x fp8 peak that fp8 GEMMs realise (quantisation, amax, bf16 remainder)."""
+    network_efficiency: float = 0.8
+    """Achieved collective bus bandwidth over link bandwidth (NCCL busbw, nccl-tests)."""
+
+    @classmethod
+    def names(cls) -> list[str]:
+        return [f.name for f in fields(cls)]
+
+    def with_values(self, **kw) -> "CostParams":
+        return replace(self, **kw)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def load_params(path: str | Path | None = None) -> CostParams:
+    if path is None:
+        return default_params()
+    data = yaml.safe_load(Path(path).read_text()) or {}
+    return CostParams(**{k: float(v) for k, v in (data.get("params") or data).items() if k in CostParams.names()})
+
+
+@lru_cache(maxsize=1)
+def default_params() -> CostParams:
+    """The shipped calibration (``autotune/data/calibration.yaml``), else the defaults."""
+    f = resources.files("autotune.data").joinpath("calibration.yaml")
+    if not f.is_file():
+        return CostParams()
+    data = yaml.safe_load(f.read_text()) or {}
+    return CostParams(**{k: float(v) for k, v in (data.get("params") or {}).items() if k in CostParams.names()})

@@ -1,0 +1,56 @@
+"""Pipeline schedules in closed form: bubble, in-flight micro-batches, boundary crossings.
+
+Stage times per micro-batch are for a whole pipeline rank (all of its v chunks): t_f forward,
+t_b backward for inputs, t_w backward for weights (t_b + t_w = the usual backward).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+S_GPIPE, S_1F1B, S_INTERLEAVED, S_ZB1P, S_ZB2P, S_ZBV, S_DUALPIPEV = range(7)
+
+
+def bubble_time(sched, p, v, t_f, t_b, t_w):
+    """Idle time of the slowest rank beyond m (t_f + t_b + t_w).
+
+    GPipe / 1F1B: (p-1)(t_f+t_b+t_w) (Huang et al. 2019; Narayanan et al. 2021).
+    Interleaved 1F1B with v chunks: (p-1)(t_f+t_b+t_w)/v (Narayanan et al. 2021, sec. 2.2.2).
+    ZB-H1: (p-1)(t_f+t_b-t_w); ZB-H2: (p-1) max(0, t_f+t_b-2t_w) (Qi et al. 2024, sec. 3).
+    ZBV and DualPipeV (2 chunks in a V): the ZB-H2 bubble at chunk granularity, /v
+    (Qi et al. 2024b "Pipeline parallelism with controllable memory"; DeepSeek-V3 report Table 2
+    gives DualPipe (p/2-1)(F&B+B-3W), which our per-rank times approximate the same way).
+    """
+    pm1 = p - 1.0
+    full = t_f + t_b + t_w
+    return np.select(
+        [sched == S_GPIPE, sched == S_1F1B, sched == S_INTERLEAVED, sched == S_ZB1P, sched == S_ZB2P],
+        [pm1 * full, pm1 * full, pm1 * full / v, pm1 * (t_f + t_b - t_w), pm1 * np.maximum(0.0, t_f + t_b - 2 * t_w)],
+        default=pm1 * np.maximum(0.0, t_f + t_b - 2 * t_w) / v,
+    )
+
+
+def in_flight_microbatches(sched, p, v, m):
+    """Micro-batches whose activations the first rank holds at peak (COST_MODEL.md):
+    GPipe m; 1F1B p; interleaved p (1 + (p-1)/(p v)); ZB1P, ZBV p; ZB2P 2p; DualPipeV p + 1."""
+    infl = np.select(
+        [sched == S_GPIPE, sched == S_1F1B, sched == S_INTERLEAVED, sched == S_ZB2P, sched == S_DUALPIPEV],
+        [m, p, p * (1.0 + (p - 1.0) / (p * v)), 2.0 * p, p + 1.0],
+        default=p,
+    )
+    return np.minimum(infl, m)
+
+
+def chain_hops(sched, p, v, b_pp):
+    """Boundaries one micro-batch crosses going forward through all p*v chunks, and how many
+    of them cross a building boundary when the p ranks are cut into b_pp contiguous groups.
+
+    Looping schedules (interleaved) go round the ranks v times: p v - 1 hops, each loop
+    crossing b_pp - 1 building boundaries plus the wrap from the last rank back to the first.
+    V-shaped schedules (ZBV, DualPipeV) go down and back: 2p - 1 hops, no wrap.
+    """
+    is_v = (sched == S_ZBV) | (sched == S_DUALPIPEV)
+    hops = np.where(is_v, 2.0 * p - 1.0, p * v - 1.0)
+    bx = b_pp - 1.0
+    wraps = np.where(b_pp > 1, 1.0, 0.0)
+    xhops = np.where(is_v, 2.0 * bx, v * bx + (v - 1.0) * wraps)
+    return hops, xhops

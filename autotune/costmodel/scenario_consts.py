@@ -1,0 +1,98 @@
+"""Per-scenario constants of the cost model, computed once and cached (the hot path only does
+array arithmetic over configurations)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from ..specs.scenario import Scenario
+from .network import effective_bandwidth_Bps
+from .params import CostParams
+
+
+@dataclass(frozen=True)
+class ScenarioConsts:
+    L: float; h: float; ffn: float; heads: float; kv_dim: float; vocab: float; seq: float
+    experts: float; top_k: float; shared: float; ffn_e: float; moe_frac: float
+    mlp_mats: float; attn_params: float; dense_mlp_params: float; moe_other_params: float
+    expert_params: float; global_batch: float; n_gpus: float
+    B: float; G_b: float; node: float; zone: float; b_pp_hybrid: float; b_dp_hybrid: float
+    peak_lin: float; peak_bf16: float; peak_precision: float; ridge: float
+    hbm_bytes: float; hbm_Bps: float; nvlink_Bps: float; nvlink_alpha_s: float; nic_Bps: float
+    so_Bps: float; so_alpha_s: float; cz_Bps: float; cz_alpha_s: float
+    x_uplink_Bps: float; x_alpha_s: float; x_rtt_s: float; x_paths: int; x_loss: float; x_mtu: int
+    x_tier: object
+    net_eff: float
+
+
+def _hybrid_split(B: int) -> tuple[int, int]:
+    """Buildings split over pp x dp for the hybrid placement: smallest proper factor to pp."""
+    for f in range(2, B):
+        if B % f == 0:
+            return f, B // f
+    return 0, 0
+
+
+def _intra_tier_Bps(tier, gpus_below: int, nic_Bps: float, net_eff: float) -> float:
+    """Per-GPU goodput inside a building tier when every GPU below it sends across at once,
+    with the tier's declared transport (load balancing, QPs, loss recovery)."""
+    uplink = gpus_below * tier.bandwidth_Bps / tier.oversubscription
+    lb = {"ecmp": 0, "qp_spray": 1, "packet_spray": 2}[tier.load_balancing]
+    lr = {"gbn": 0, "sr": 1}[tier.loss_recovery]
+    bw = effective_bandwidth_Bps(lb, tier.queue_pairs, lr, gpus_below, uplink, nic_Bps, tier.n_paths,
+                                 2 * tier.one_way_latency_s, tier.loss_rate, tier.mtu_bytes, net_eff)
+    return float(bw)
+
+
+@lru_cache(maxsize=64)
+def scenario_consts(scenario: Scenario, params: CostParams) -> ScenarioConsts:
+    m, c = scenario.model, scenario.cluster
+    gpus = [b.gpu for b in c.buildings]
+    # synchronous training runs at the pace of its slowest GPU; memory must fit the smallest
+    slow = min(gpus, key=lambda g: g.peak_flops(scenario.precision) or g.peak_flops_bf16)
+    peak_bf16 = slow.peak_flops_bf16
+    if scenario.precision == "fp8":
+        ratio = slow.peak_flops_fp8 / peak_bf16
+        peak_lin = peak_bf16 * (1.0 + (ratio - 1.0) * params.fp8_gemm_speedup_realised)
+    else:
+        peak_lin = peak_bf16
+    nic = min(g.nic_bandwidth_Bps for g in gpus)
+    G_b = min(b.gpus for b in c.buildings)
+    zone = min(c.zone_gpus, G_b)
+    so_Bps = _intra_tier_Bps(c.scale_out, zone, nic, params.network_efficiency)
+    cz = c.cross_zone or c.scale_out
+    cz_Bps = _intra_tier_Bps(cz, G_b, nic, params.network_efficiency)
+    xt = c.inter_building_tier or c.scale_out
+    b_pp_h, b_dp_h = _hybrid_split(c.n_buildings)
+    return ScenarioConsts(
+        L=m.n_layers, h=m.hidden, ffn=m.ffn_hidden, heads=m.n_heads, kv_dim=m.kv_dim, vocab=m.vocab,
+        seq=scenario.seq_len, experts=m.moe_experts, top_k=m.moe_top_k, shared=m.moe_shared_experts,
+        ffn_e=m.moe_ffn_hidden, moe_frac=m.n_moe_layers / m.n_layers, mlp_mats=m.mlp_matrices,
+        attn_params=m.attn_params, dense_mlp_params=m.dense_mlp_params,
+        moe_other_params=m.moe_layer_nonexpert_params, expert_params=m.expert_params,
+        global_batch=scenario.global_batch_seqs, n_gpus=c.n_gpus,
+        B=c.n_buildings, G_b=G_b, node=min(g.nvlink_domain_gpus for g in gpus), zone=zone,
+        b_pp_hybrid=b_pp_h, b_dp_hybrid=b_dp_h,
+        peak_lin=peak_lin, peak_bf16=peak_bf16, peak_precision=slow.peak_flops(scenario.precision),
+        ridge=slow.ridge_flops_per_byte,
+        hbm_bytes=min(g.hbm_bytes for g in gpus), hbm_Bps=min(g.hbm_bandwidth_Bps for g in gpus),
+        nvlink_Bps=min(g.nvlink_bandwidth_Bps for g in gpus) * params.network_efficiency,
+        nvlink_alpha_s=max(g.nvlink_latency_s for g in gpus), nic_Bps=nic,
+        so_Bps=so_Bps, so_alpha_s=c.scale_out.one_way_latency_s,
+        cz_Bps=cz_Bps, cz_alpha_s=cz.one_way_latency_s,
+        x_uplink_Bps=G_b * xt.bandwidth_Bps / xt.oversubscription, x_alpha_s=xt.one_way_latency_s,
+        x_rtt_s=2 * xt.one_way_latency_s, x_paths=xt.n_paths, x_loss=xt.loss_rate, x_mtu=xt.mtu_bytes,
+        x_tier=xt, net_eff=params.network_efficiency,
+    )
+
+
+def tier_of_span(k: ScenarioConsts, span):
+    """(bandwidth, alpha) of the smallest in-building tier holding a group spanning ``span``
+    consecutive GPUs: NVLink within a node, scale-out within a zone, else cross-zone."""
+    in_node = span <= k.node
+    in_zone = span <= k.zone
+    bw = np.where(in_node, k.nvlink_Bps, np.where(in_zone, k.so_Bps, k.cz_Bps))
+    alpha = np.where(in_node, k.nvlink_alpha_s, np.where(in_zone, k.so_alpha_s, k.cz_alpha_s))
+    return bw, alpha

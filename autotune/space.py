@@ -1,0 +1,310 @@
+"""The configuration space of a scenario: every legal combination of degrees, placement,
+schedule and transport, as arrays.
+
+A ConfigBatch is a dict of equal-length numpy arrays, one per field of ``Config``; categorical
+fields hold their index into the tuples of ``autotune.specs.config`` (their *code*). The legality
+rules live here and only here (``violations``); enumeration and sampling produce legal rows only.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+
+from .errors import UserInputError
+from .specs.config import CATEGORICAL, FIELDS, INTEGER, PP_SCHEDULES, Config
+from .specs.scenario import Scenario
+
+ConfigBatch = dict  # field name -> np.ndarray
+
+_SCHED = {name: i for i, name in enumerate(PP_SCHEDULES)}
+_SINGLE_CHUNK = tuple(_SCHED[s] for s in ("gpipe", "1f1b", "zb1p", "zb2p"))
+_V_SHAPED = (_SCHED["zbv"], _SCHED["dualpipev"])
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def batch_from_configs(configs) -> ConfigBatch:
+    """Configs (objects or flat dicts with names) -> ConfigBatch of codes."""
+    rows = [c.model_dump() if isinstance(c, Config) else Config(**c).model_dump() for c in configs]
+    out = {}
+    for f in FIELDS:
+        vals = [r[f] for r in rows]
+        if f in CATEGORICAL:
+            lut = {name: i for i, name in enumerate(CATEGORICAL[f])}
+            out[f] = np.array([lut[x] for x in vals], dtype=np.int8)
+        else:
+            out[f] = np.array(vals, dtype=np.int64)
+    return out
+
+
+def config_at(batch: ConfigBatch, i: int) -> Config:
+    """Row ``i`` of a batch as a Config."""
+    d = {}
+    for f in FIELDS:
+        x = int(batch[f][i])
+        d[f] = CATEGORICAL[f][x] if f in CATEGORICAL else x
+    return Config(**d)
+
+
+def take(batch: ConfigBatch, idx) -> ConfigBatch:
+    return {k: v[idx] for k, v in batch.items()}
+
+
+def concat(batches) -> ConfigBatch:
+    batches = list(batches)
+    return {k: np.concatenate([b[k] for b in batches]) for k in batches[0]}
+
+
+@dataclass(frozen=True)
+class Rule:
+    field: str
+    allowed: str
+
+
+class SearchSpace:
+    """Legal configurations of one scenario.
+
+    Value lists per knob are options; the defaults are what ``autotune space`` counts.
+    On a single building the cross-building transport knobs have one value (they do nothing).
+    """
+
+    def __init__(self, scenario: Scenario, *, cp_values=(1, 2, 4, 8), micro_batches=(1, 2, 4, 8),
+                 chunks=(2, 3, 4, 6, 8), queue_pairs=(1, 2, 4, 8, 16), overlap=(1,),
+                 schedules=PP_SCHEDULES):
+        self.scenario = scenario
+        self.cp_values = tuple(cp_values)
+        self.micro_batches = tuple(micro_batches)
+        self.chunks = tuple(chunks)
+        self.overlap = tuple(overlap)
+        self.schedules = tuple(schedules)
+        unknown = [s for s in self.schedules if s not in _SCHED]
+        if unknown:
+            raise UserInputError("schedules", unknown[0], ", ".join(PP_SCHEDULES))
+        multi = scenario.cluster.n_buildings > 1
+        self.queue_pairs = tuple(queue_pairs) if multi else (1,)
+        self.load_balancing = CATEGORICAL["xb_load_balancing"] if multi else ("ecmp",)
+        self.loss_recovery = CATEGORICAL["xb_loss_recovery"] if multi else ("gbn",)
+        self.collectives = CATEGORICAL["collective"]
+        m = scenario.model
+        node = min(b.gpu.nvlink_domain_gpus for b in scenario.cluster.buildings)
+        self.tp_values = tuple(d for d in _divisors(node))
+        self.ep_values = tuple(_divisors(m.moe_experts)) if m.is_moe else (1,)
+        self.pp_values = tuple(range(1, m.n_layers + 1))
+
+    # ---------------------------------------------------------------- legality
+    def rules(self) -> dict[str, Rule]:
+        s, m, c = self.scenario, self.scenario.model, self.scenario.cluster
+        node = min(b.gpu.nvlink_domain_gpus for b in c.buildings)
+        B = c.n_buildings
+        return {
+            "product": Rule("dp", f"tp*cp*pp*dp = {s.n_gpus} GPUs"),
+            "tp": Rule("tp", f"a divisor of the NVLink domain ({node}) and of n_kv_heads ({m.n_kv_heads})"),
+            "cp": Rule("cp", f"a divisor of seq_len/2 ({s.seq_len // 2})"),
+            "ep": Rule("ep", "1 for a dense model; else a divisor of moe_experts "
+                             f"({m.moe_experts}) and of dp*cp"),
+            "pp": Rule("pp", f"pp * pp_chunks <= n_layers ({m.n_layers})"),
+            "batch": Rule("micro_batch", f"dp * micro_batch must divide the global batch ({s.global_batch_seqs} sequences)"),
+            "no_pp": Rule("pp_schedule", "1f1b with pp_chunks=1 when pp=1"),
+            "chunks": Rule("pp_chunks", "1 for gpipe/1f1b/zb1p/zb2p, >=2 for interleaved_1f1b, 2 for zbv/dualpipev"),
+            "microbatches": Rule("micro_batch", "at least pp micro-batches per step (a multiple of pp for interleaved_1f1b)"),
+            "placement": Rule("placement", self._placement_text(B)),
+            "flavour": Rule("dp_flavour", "ddp when dp*cp=1; hsdp only when the data-parallel group spans buildings"),
+            "spray_qps": Rule("xb_queue_pairs", "1 with packet_spray (queue pairs do not apply)"),
+        }
+
+    @staticmethod
+    def _placement_text(B: int) -> str:
+        if B == 1:
+            return "dp_out on a single building"
+        return (f"dp_out (dp % {B} == 0), pp_out (pp % {B} == 0, equal buildings), hybrid (buildings "
+                f"factor into pp x dp), ep_out (MoE, ep % {B} == 0), cp_out (cp % {B} == 0)")
+
+    def violations(self, b: ConfigBatch) -> dict[str, np.ndarray]:
+        """One boolean array per rule: True where a row breaks it. Vectorised."""
+        s, m, c = self.scenario, self.scenario.model, self.scenario.cluster
+        node = min(bd.gpu.nvlink_domain_gpus for bd in c.buildings)
+        B = c.n_buildings
+        uniform = c.uniform_buildings
+        tp, cp, ep, pp, dp = (np.asarray(b[k], dtype=np.int64) for k in ("tp", "cp", "ep", "pp", "dp"))
+        v, mb = np.asarray(b["pp_chunks"], dtype=np.int64), np.asarray(b["micro_batch"], dtype=np.int64)
+        pl, fl, sc = (np.asarray(b[k]) for k in ("placement", "dp_flavour", "pp_schedule"))
+        gb = s.global_batch_seqs
+        out = {}
+        out["product"] = tp * cp * pp * dp != s.n_gpus
+        out["tp"] = (node % tp != 0) | (m.n_kv_heads % tp != 0)
+        out["cp"] = (s.seq_len // 2) % cp != 0
+        out["ep"] = ((ep > 1) & (not m.is_moe)) | ((max(m.moe_experts, 1) % ep) != 0) | (((dp * cp) % ep) != 0)
+        out["pp"] = pp * v > m.n_layers
+        local = dp * mb
+        out["batch"] = (gb % np.maximum(local, 1)) != 0
+        mcount = gb // np.maximum(local, 1)
+        has_pp = pp > 1
+        out["no_pp"] = (~has_pp) & ((sc != _SCHED["1f1b"]) | (v != 1))
+        single = np.isin(sc, _SINGLE_CHUNK)
+        vshape = np.isin(sc, _V_SHAPED)
+        out["chunks"] = has_pp & ((single & (v != 1)) | (vshape & (v != 2)) | ((sc == _SCHED["interleaved_1f1b"]) & (v < 2)))
+        out["microbatches"] = has_pp & (sc != _SCHED["gpipe"]) & (
+            (mcount < pp) | ((sc == _SCHED["interleaved_1f1b"]) & (mcount % pp != 0)))
+        # placement
+        if B == 1:
+            bad_pl = pl != 0
+        else:
+            mp = tp * cp * pp
+            whole_replicas = np.ones_like(tp, dtype=bool) if uniform else np.all(
+                [bd.gpus % mp == 0 for bd in c.buildings], axis=0)
+            f_pp = self._hybrid_pp(B)
+            ok = [
+                (dp % B == 0) & whole_replicas & (((dp * cp // np.maximum(ep, 1)) % B == 0) | (ep == 1)),
+                (pp % B == 0) & uniform,
+                (f_pp > 0) & (pp % max(f_pp, 1) == 0) & (dp % max(B // max(f_pp, 1), 1) == 0) & uniform & (f_pp > 0),
+                (ep % B == 0) & (ep > 1) & uniform,
+                (cp % B == 0) & (cp > 1) & uniform,
+            ]
+            bad_pl = ~np.select([pl == i for i in range(5)], ok, False)
+        out["placement"] = bad_pl
+        spans = (pl != 1) & (B > 1)
+        if B > 1:
+            spans = spans & ~((pl == 2) & (self._hybrid_pp(B) == 0))
+        out["flavour"] = ((dp * cp == 1) & (fl != 0)) | ((fl == 3) & ~(spans & (dp * cp > B)))
+        out["spray_qps"] = (np.asarray(b["xb_load_balancing"]) == 2) & (np.asarray(b["xb_queue_pairs"]) != 1)
+        return out
+
+    @staticmethod
+    def _hybrid_pp(B: int) -> int:
+        for f in range(2, B):
+            if B % f == 0:
+                return f
+        return 0
+
+    def legal_mask(self, b: ConfigBatch) -> np.ndarray:
+        bad = None
+        for arr in self.violations(b).values():
+            bad = arr if bad is None else (bad | arr)
+        return ~bad
+
+    def check(self, config: Config) -> None:
+        """Raise a one-line UserInputError naming the first rule the configuration breaks."""
+        batch = batch_from_configs([config])
+        rules = self.rules()
+        for name, bad in self.violations(batch).items():
+            if bool(bad[0]):
+                r = rules[name]
+                raise UserInputError(f"config.{r.field}", getattr(config, r.field), r.allowed)
+
+    # ---------------------------------------------------------------- enumeration
+    @cached_property
+    def degree_tuples(self) -> np.ndarray:
+        """Legal (tp, cp, ep, pp, dp) rows: the product matches the GPU count, dp divides the batch."""
+        s, m = self.scenario, self.scenario.model
+        N, gb = s.n_gpus, s.global_batch_seqs
+        rows = []
+        for tp, cp, ep, pp in itertools.product(self.tp_values, self.cp_values, self.ep_values, self.pp_values):
+            if N % (tp * cp * pp) or m.n_kv_heads % tp or (s.seq_len // 2) % cp:
+                continue
+            dp = N // (tp * cp * pp)
+            if gb % dp or (dp * cp) % ep:
+                continue
+            rows.append((tp, cp, ep, pp, dp))
+        return np.array(rows, dtype=np.int64).reshape(-1, 5)
+
+    @cached_property
+    def _core_grid(self) -> ConfigBatch:
+        """Placement x flavour x (schedule, chunks) x micro-batch x recompute x overlap."""
+        sv = []
+        for sname in self.schedules:
+            code = _SCHED[sname]
+            if sname == "interleaved_1f1b":
+                sv += [(code, c) for c in self.chunks]
+            elif sname in ("zbv", "dualpipev"):
+                sv.append((code, 2))
+            else:
+                sv.append((code, 1))
+        grids = np.meshgrid(np.arange(5), np.arange(4), np.arange(len(sv)), np.array(self.micro_batches),
+                            np.arange(3), np.array(self.overlap), indexing="ij")
+        flat = [g.ravel() for g in grids]
+        sv = np.array(sv, dtype=np.int64)
+        return {"placement": flat[0].astype(np.int8), "dp_flavour": flat[1].astype(np.int8),
+                "pp_schedule": sv[flat[2], 0].astype(np.int8), "pp_chunks": sv[flat[2], 1],
+                "micro_batch": flat[3].astype(np.int64), "recompute": flat[4].astype(np.int8),
+                "overlap_dp": flat[5].astype(np.int64)}
+
+    @cached_property
+    def transport_grid(self) -> ConfigBatch:
+        rows = []
+        for lbi, lbn in enumerate(CATEGORICAL["xb_load_balancing"]):
+            if lbn not in self.load_balancing:
+                continue
+            for q in (self.queue_pairs if lbn != "packet_spray" else (1,)):
+                for lri, lrn in enumerate(CATEGORICAL["xb_loss_recovery"]):
+                    if lrn not in self.loss_recovery:
+                        continue
+                    for ci, _ in enumerate(self.collectives):
+                        rows.append((lbi, q, lri, ci))
+        a = np.array(rows, dtype=np.int64)
+        return {"xb_load_balancing": a[:, 0].astype(np.int8), "xb_queue_pairs": a[:, 1],
+                "xb_loss_recovery": a[:, 2].astype(np.int8), "collective": a[:, 3].astype(np.int8)}
+
+    @cached_property
+    def legal_core(self) -> ConfigBatch:
+        """Every legal row of degrees x core knobs, with transport at its first value."""
+        deg, core = self.degree_tuples, self._core_grid
+        nd, nc = len(deg), len(core["placement"])
+        if nd == 0:
+            return {f: np.zeros(0, dtype=np.int64) for f in FIELDS}
+        b = {name: np.repeat(deg[:, i], nc) for i, name in enumerate(("tp", "cp", "ep", "pp", "dp"))}
+        b.update({k: np.tile(arr, nd) for k, arr in core.items()})
+        t = self.transport_grid
+        b.update({k: np.full(nd * nc, t[k][0], dtype=t[k].dtype) for k in t})
+        return take(b, self.legal_mask(b))
+
+    @property
+    def n_transport(self) -> int:
+        return len(self.transport_grid["collective"])
+
+    def legal_count(self) -> int:
+        return len(self.legal_core["tp"]) * self.n_transport
+
+    def raw_size(self) -> int:
+        """Size of the naive product of every knob's values (what a categorical encoding sees)."""
+        n_sv = sum(len(self.chunks) if s == "interleaved_1f1b" else 1 for s in self.schedules)
+        dims = [len(self.tp_values), len(self.cp_values), len(self.ep_values), len(self.pp_values),
+                5, 4, n_sv, len(self.micro_batches), 3, len(self.overlap),
+                len(self.load_balancing) * len(self.queue_pairs), len(self.loss_recovery), len(self.collectives)]
+        return math.prod(dims)
+
+    def rows(self, idx) -> ConfigBatch:
+        """Legal rows by global index in [0, legal_count): core index * n_transport + transport."""
+        idx = np.asarray(idx, dtype=np.int64)
+        ci, ti = np.divmod(idx, self.n_transport)
+        out = take(self.legal_core, ci)
+        t = self.transport_grid
+        for k in t:
+            out[k] = t[k][ti]
+        return out
+
+    def enumerate(self, chunk_rows: int = 1 << 18):
+        """Yield the whole legal space in batches of about ``chunk_rows`` rows."""
+        n = self.legal_count()
+        for start in range(0, n, chunk_rows):
+            yield self.rows(np.arange(start, min(n, start + chunk_rows)))
+
+    def sample(self, n: int, seed=None) -> ConfigBatch:
+        """``n`` legal configurations drawn uniformly (with replacement) from the legal space."""
+        rng = np.random.default_rng(seed)
+        total = self.legal_count()
+        if total == 0:
+            raise UserInputError("scenario", self.scenario.summary(), "a scenario with at least one legal configuration")
+        return self.rows(rng.integers(0, total, size=n))
+
+    def summary(self) -> dict:
+        legal = self.legal_count()
+        raw = self.raw_size()
+        return {"raw_size": raw, "legal_count": legal, "legal_fraction": legal / raw if raw else 0.0,
+                "degree_tuples": int(len(self.degree_tuples)), "transport_combos": self.n_transport,
+                "scenario": self.scenario.summary()}

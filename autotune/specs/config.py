@@ -1,0 +1,63 @@
+"""The configuration: the decision autotune searches over.
+
+Categorical knobs are declared once here, as ordered tuples; the search space and the cost
+model refer to a choice by its index in these tuples (its *code*).
+"""
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+PLACEMENTS = ("dp_out", "pp_out", "hybrid", "ep_out", "cp_out")
+"""Which parallel dimension spans buildings. hybrid = buildings split over both dp and pp."""
+DP_FLAVOURS = ("ddp", "zero1", "fsdp", "hsdp")
+PP_SCHEDULES = ("gpipe", "1f1b", "interleaved_1f1b", "zb1p", "zb2p", "zbv", "dualpipev")
+TORCH_SCHEDULE_NAMES = {
+    "gpipe": "ScheduleGPipe", "1f1b": "Schedule1F1B", "interleaved_1f1b": "ScheduleInterleaved1F1B",
+    "zb1p": "ScheduleInterleavedZeroBubble", "zb2p": "ScheduleInterleavedZeroBubble",
+    "zbv": "ScheduleZBVZeroBubble", "dualpipev": "ScheduleDualPipeV",
+}
+RECOMPUTE = ("none", "selective", "full")
+LOAD_BALANCING = ("ecmp", "qp_spray", "packet_spray")
+LOSS_RECOVERY = ("gbn", "sr")
+COLLECTIVES = ("ring", "tree", "hierarchical", "halving_doubling")
+
+CATEGORICAL = {
+    "placement": PLACEMENTS, "dp_flavour": DP_FLAVOURS, "pp_schedule": PP_SCHEDULES,
+    "recompute": RECOMPUTE, "xb_load_balancing": LOAD_BALANCING,
+    "xb_loss_recovery": LOSS_RECOVERY, "collective": COLLECTIVES,
+}
+INTEGER = ("tp", "cp", "ep", "pp", "dp", "pp_chunks", "micro_batch", "overlap_dp", "xb_queue_pairs")
+FIELDS = INTEGER + tuple(CATEGORICAL)
+
+
+class Config(BaseModel):
+    """One training configuration. Degrees multiply to the GPU count: tp*cp*pp*dp = N;
+    ep groups ranks of the data-parallel dimension (ep divides dp), as in Megatron-Core."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    tp: int = Field(default=1, ge=1, description="tensor_parallel_degree (with sequence parallelism)")
+    cp: int = Field(default=1, ge=1, description="context_parallel_degree")
+    ep: int = Field(default=1, ge=1, description="expert_parallel_degree (divides dp)")
+    pp: int = Field(default=1, ge=1, description="pipeline_parallel_degree")
+    dp: int = Field(default=1, ge=1, description="data_parallel degree (replicate x shard)")
+    placement: Literal[PLACEMENTS] = "dp_out"
+    dp_flavour: Literal[DP_FLAVOURS] = "fsdp"
+    pp_schedule: Literal[PP_SCHEDULES] = "1f1b"
+    pp_chunks: int = Field(default=1, ge=1, description="model chunks per pipeline rank (v)")
+    micro_batch: int = Field(default=1, ge=1, description="sequences per micro-batch")
+    recompute: Literal[RECOMPUTE] = "none"
+    overlap_dp: int = Field(default=1, ge=0, le=1, description="overlap DP communication with compute")
+    xb_load_balancing: Literal[LOAD_BALANCING] = "ecmp"
+    xb_queue_pairs: int = Field(default=1, ge=1, le=256)
+    xb_loss_recovery: Literal[LOSS_RECOVERY] = "gbn"
+    collective: Literal[COLLECTIVES] = "ring"
+
+    @property
+    def n_gpus(self) -> int:
+        return self.tp * self.cp * self.pp * self.dp
+
+    def to_flat(self) -> dict:
+        return self.model_dump()

@@ -1,0 +1,165 @@
+"""Named presets (YAML files shipped in ``autotune/presets``) and scenario assembly with
+dotted command-line overrides (``--set cluster.cross_building.loss_rate=1e-5``)."""
+from __future__ import annotations
+
+import copy
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+
+import yaml
+from pydantic import ValidationError
+
+from ..errors import UserInputError, from_pydantic
+
+KINDS = ("models", "hardware", "clusters")
+_KIND_ALIASES = {"model": "models", "hardware": "hardware", "gpu": "hardware", "cluster": "clusters"}
+
+
+@lru_cache(maxsize=None)
+def _preset_table(kind: str) -> dict:
+    text = resources.files("autotune.presets").joinpath(f"{kind}.yaml").read_text()
+    return yaml.safe_load(text)
+
+
+def preset_names(kind: str) -> list[str]:
+    return sorted(_preset_table(_KIND_ALIASES.get(kind, kind)))
+
+
+def preset_dict(kind: str, name: str) -> dict:
+    """The raw preset as a fresh dict (with its name filled in)."""
+    table_kind = _KIND_ALIASES.get(kind, kind)
+    table = _preset_table(table_kind)
+    if name not in table:
+        raise UserInputError(kind, name, "one of " + ", ".join(sorted(table)))
+    d = copy.deepcopy(table[name])
+    d.setdefault("name", name)
+    return d
+
+
+@lru_cache(maxsize=None)
+def load_preset(kind: str, name: str):
+    """A validated spec object for a preset name."""
+    from .cluster import ClusterSpec
+    from .hardware import HardwareSpec
+    from .model import ModelSpec
+    cls = {"models": ModelSpec, "hardware": HardwareSpec, "clusters": ClusterSpec}[_KIND_ALIASES.get(kind, kind)]
+    try:
+        return cls.model_validate(preset_dict(kind, name))
+    except ValidationError as e:  # a broken shipped preset is a bug, but say where
+        raise from_pydantic(e, prefix=f"{kind}.{name}") from None
+
+
+def _parse_scalar(text: str):
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+
+
+def apply_override(tree: dict, dotted: str, value) -> None:
+    """Set ``tree[a][b][c] = value`` for ``dotted='a.b.c'``; list indices are integers."""
+    parts = dotted.split(".")
+    node = tree
+    for i, key in enumerate(parts[:-1]):
+        nxt = parts[i + 1]
+        if isinstance(node, list):
+            if not key.isdigit() or int(key) >= len(node):
+                raise UserInputError(".".join(parts[: i + 1]), key, f"an index below {len(node)}")
+            key = int(key)
+        elif key not in node or node[key] is None:
+            node[key] = {}
+        node = node[key]
+        if not isinstance(node, (dict, list)):
+            raise UserInputError(".".join(parts[: i + 1]), node, f"a section that has a key {nxt!r}")
+    last = parts[-1]
+    if isinstance(node, list):
+        if not last.isdigit() or int(last) >= len(node):
+            raise UserInputError(dotted, last, f"an index below {len(node)}")
+        last = int(last)
+    node[last] = value
+
+
+def parse_overrides(items) -> list[tuple[str, object]]:
+    out = []
+    for item in items or ():
+        if "=" not in item:
+            raise UserInputError("--set", item, "key=value with a dotted key, e.g. cluster.cross_building.loss_rate=1e-5")
+        key, _, val = item.partition("=")
+        if not key.strip():
+            raise UserInputError("--set", item, "a non-empty dotted key")
+        out.append((key.strip(), _parse_scalar(val.strip())))
+    return out
+
+
+def _section(value, kind: str) -> dict:
+    if isinstance(value, str):
+        return preset_dict(kind, value)
+    if isinstance(value, dict):
+        value = copy.deepcopy(value)
+        base = value.pop("preset", None)
+        if base is not None:
+            merged = preset_dict(kind, str(base))
+            merged.update(value)
+            return merged
+        return value
+    raise UserInputError(kind, value, "a preset name or a mapping of fields")
+
+
+def read_scenario_file(path: str | Path) -> dict:
+    p = Path(path)
+    try:
+        raw = p.read_bytes()
+    except OSError as e:
+        raise UserInputError("--scenario", str(path), f"a readable YAML file ({e.strerror})") from None
+    try:
+        data = yaml.safe_load(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise UserInputError("--scenario", str(path), "a UTF-8 text file") from None
+    except yaml.YAMLError as e:
+        line = getattr(getattr(e, "problem_mark", None), "line", None)
+        where = f" (line {line + 1})" if line is not None else ""
+        raise UserInputError("--scenario", str(path), f"valid YAML{where}") from None
+    if not isinstance(data, dict):
+        raise UserInputError("--scenario", str(path), "a YAML mapping with keys model, workload, cluster")
+    return data
+
+
+def build_scenario(model=None, cluster=None, gpus=None, global_batch=None, seq_len=None,
+                   precision=None, scenario_file=None, overrides=()):
+    """Assemble and validate a Scenario from presets, an optional file and overrides.
+
+    Precedence (later wins): scenario file < named presets given here < explicit options < --set.
+    """
+    from .scenario import Scenario
+    data = read_scenario_file(scenario_file) if scenario_file else {}
+    unknown = set(data) - {"model", "workload", "cluster"}
+    if unknown:
+        key = sorted(unknown)[0]
+        raise UserInputError(key, data[key], "scenario keys are model, workload, cluster")
+    if model is not None:
+        data["model"] = model
+    if cluster is not None:
+        data["cluster"] = cluster
+    if "model" not in data:
+        raise UserInputError("model", None, "a preset name (" + ", ".join(preset_names("models")) + ") or --scenario FILE")
+    if "cluster" not in data:
+        raise UserInputError("cluster", None, "a preset name (" + ", ".join(preset_names("clusters")) + ") or --scenario FILE")
+    tree = {"model": _section(data["model"], "model"), "cluster": _section(data["cluster"], "cluster"),
+            "workload": dict(data.get("workload") or {})}
+    if not isinstance(tree["workload"], dict):
+        raise UserInputError("workload", data.get("workload"), "a mapping")
+    for key, val in (("global_batch_seqs", global_batch), ("seq_len", seq_len), ("precision", precision)):
+        if val is not None:
+            tree["workload"][key] = val
+    for key, val in parse_overrides(overrides):
+        if key.split(".")[0] not in ("model", "workload", "cluster"):
+            raise UserInputError("--set", key, "a key starting with model., workload. or cluster.")
+        apply_override(tree, key, val)
+    try:
+        scen = Scenario.model_validate(tree)
+    except ValidationError as e:
+        raise from_pydantic(e) from None
+    if gpus is not None:
+        scen = scen.model_copy(update={"cluster": scen.cluster.with_total_gpus(int(gpus))})
+    return scen

@@ -1,0 +1,61 @@
+"""Scenario: model + workload + cluster, resolved and validated together."""
+from __future__ import annotations
+
+from functools import cached_property
+
+from pydantic import BaseModel, ConfigDict, model_validator
+
+from .cluster import ClusterSpec
+from .model import ModelSpec
+from .workload import WorkloadSpec
+
+
+class Scenario(BaseModel):
+    """Everything fixed while searching: what is trained, on what, over which network."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    model: ModelSpec
+    workload: WorkloadSpec = WorkloadSpec()
+    cluster: ClusterSpec
+
+    @model_validator(mode="after")
+    def _check(self) -> "Scenario":
+        if self.workload.precision == "fp8":
+            for i, b in enumerate(self.cluster.buildings):
+                if not b.gpu.peak_flops_fp8:
+                    raise ValueError(f"workload.precision 'fp8' is not supported by buildings.{i}.gpu ({b.gpu.name})")
+        return self
+
+    @property
+    def seq_len(self) -> int:
+        return self.workload.seq_len or self.model.seq_len
+
+    @property
+    def global_batch_seqs(self) -> int:
+        """Explicit batch, else the model's default token budget in sequences, rounded to a
+        multiple of 64 x buildings so that data parallelism can split evenly over buildings."""
+        if self.workload.global_batch_seqs:
+            return self.workload.global_batch_seqs
+        quantum = 64 * self.cluster.n_buildings
+        seqs = self.model.default_global_batch_tokens / self.seq_len
+        return max(quantum, int(round(seqs / quantum)) * quantum)
+
+    @property
+    def n_gpus(self) -> int:
+        return self.cluster.n_gpus
+
+    @property
+    def precision(self) -> str:
+        return self.workload.precision
+
+    @cached_property
+    def key(self) -> str:
+        """A stable identity for caches and study metadata."""
+        import hashlib
+        return hashlib.sha256(self.model_dump_json().encode()).hexdigest()[:16]
+
+    def summary(self) -> dict:
+        return {"model": self.model.name, "cluster": self.cluster.name, "gpus": self.n_gpus,
+                "buildings": self.cluster.n_buildings, "global_batch_seqs": self.global_batch_seqs,
+                "seq_len": self.seq_len, "precision": self.precision}
