@@ -11,12 +11,13 @@ import numpy as np
 from ..specs.config import CATEGORICAL
 from ..specs.scenario import Scenario
 from . import constants as C
-from .collectives import all_to_all_time, collective_time
+from .collectives import all_to_all_time, group_coefficients
 from .network import effective_bandwidth_Bps
 from .params import CostParams, default_params
 from .pipeline import (S_DUALPIPEV, S_GPIPE, S_ZBV, bubble_time, chain_hops,
                        in_flight_microbatches)
 from .scenario_consts import scenario_consts, tier_of_span
+from .xp import NUMPY, SCALAR
 
 P_DP_OUT, P_PP_OUT, P_HYBRID, P_EP_OUT, P_CP_OUT = range(5)
 F_DDP, F_ZERO1, F_FSDP, F_HSDP = range(4)
@@ -33,45 +34,47 @@ def gemm_efficiency(M, K, N, ridge: float, p: CostParams):
     return p.gemm_efficiency_max * intensity / (intensity + p.gemm_half_intensity_ridge_ratio * ridge)
 
 
-def _f(batch, key):
-    return np.asarray(batch[key], dtype=np.float64)
-
-
 def evaluate_batch(scenario: Scenario, batch: dict, params: CostParams | None = None) -> dict:
     """Iteration time, breakdown, memory and feasibility of every configuration in ``batch``."""
-    p = params or default_params()
+    return iteration_formulas(scenario, batch, params or default_params(), NUMPY)
+
+
+def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> dict:
+    """The cost model, written once for any array backend ``xp`` (see ``xp.py``)."""
     k = scenario_consts(scenario, p)
-    tp, cp, ep, pp, dp = (_f(batch, x) for x in ("tp", "cp", "ep", "pp", "dp"))
-    v, mb = _f(batch, "pp_chunks"), _f(batch, "micro_batch")
-    pl, fl, sc, rc = (np.asarray(batch[x]) for x in ("placement", "dp_flavour", "pp_schedule", "recompute"))
-    overlap = _f(batch, "overlap_dp") > 0
-    lb, qp, lr, coll = (np.asarray(batch[x]) for x in ("xb_load_balancing", "xb_queue_pairs", "xb_loss_recovery", "collective"))
+    f = xp.asfloat
+    tp, cp, ep, pp, dp = (f(batch[x]) for x in ("tp", "cp", "ep", "pp", "dp"))
+    v, mb = f(batch["pp_chunks"]), f(batch["micro_batch"])
+    pl, fl, sc, rc = (batch[x] for x in ("placement", "dp_flavour", "pp_schedule", "recompute"))
+    overlap = f(batch["overlap_dp"]) > 0
+    lb, lr, coll = (batch[x] for x in ("xb_load_balancing", "xb_loss_recovery", "collective"))
+    qp = f(batch["xb_queue_pairs"])
 
     m = k.global_batch / (dp * mb)                   # micro-batches per step
     tok = mb * k.seq / cp                            # tokens per micro-batch on one GPU
     B = k.B
 
     # ---- which groups span buildings (placement) ----
-    b_pp = np.where(pl == P_PP_OUT, B, np.where(pl == P_HYBRID, k.b_pp_hybrid, 1.0))
-    b_dp = np.where((pl == P_DP_OUT) | (pl == P_EP_OUT) | (pl == P_CP_OUT), B,
-                    np.where(pl == P_HYBRID, k.b_dp_hybrid, 1.0))
-    x_exp = np.where(pl == P_EP_OUT, 1.0, b_dp)
-    x_ep = np.where(pl == P_EP_OUT, B, 1.0)
-    x_cp = np.where(pl == P_CP_OUT, B, 1.0)
+    b_pp = xp.where(pl == P_PP_OUT, B, xp.where(pl == P_HYBRID, k.b_pp_hybrid, 1.0))
+    b_dp = xp.where((pl == P_DP_OUT) | (pl == P_EP_OUT) | (pl == P_CP_OUT), B,
+                    xp.where(pl == P_HYBRID, k.b_dp_hybrid, 1.0))
+    x_exp = xp.where(pl == P_EP_OUT, 1.0, b_dp)
+    x_ep = xp.where(pl == P_EP_OUT, B, 1.0)
+    x_cp = xp.where(pl == P_CP_OUT, B, 1.0)
 
     # ---- cross-building goodput per connection, for two concurrency patterns ----
     def xb_bw(flows):
         return effective_bandwidth_Bps(lb, qp, lr, flows, k.x_uplink_Bps, k.nic_Bps, k.x_paths,
-                                       k.x_rtt_s, k.x_loss, k.x_mtu, k.net_eff)
-    bw_x_all = xb_bw(np.full_like(tp, k.G_b))        # every GPU of the building crosses at once
+                                       k.x_rtt_s, k.x_loss, k.x_mtu, k.net_eff, xp)
+    bw_x_all = xb_bw(xp.full_like(tp, k.G_b))        # every GPU of the building crosses at once
 
     # ---- compute per micro-batch on the bottleneck rank ----
-    Ls = np.ceil(k.L / (pp * v)) * v                 # layers on the busiest rank (uneven split)
+    Ls = xp.ceil(k.L / (pp * v)) * v                 # layers on the busiest rank (uneven split)
     Ls_moe = Ls * k.moe_frac
     Ls_dense = Ls - Ls_moe
     eff_d = gemm_efficiency(tok, k.h, k.ffn / tp, k.ridge, p)
     tok_expert = tok * k.top_k * ep / max(k.experts, 1.0)
-    eff_e = gemm_efficiency(np.maximum(tok_expert, 1.0), k.h, max(k.ffn_e, 1.0) / tp, k.ridge, p)
+    eff_e = gemm_efficiency(xp.maximum(tok_expert, 1.0), k.h, max(k.ffn_e, 1.0) / tp, k.ridge, p)
     eff_head = gemm_efficiency(tok, k.h, k.vocab / tp, k.ridge, p)
     lin_rate = k.peak_lin * eff_d * tp
     t_attn_lin = tok * 2 * k.attn_params / lin_rate
@@ -86,35 +89,35 @@ def evaluate_batch(scenario: Scenario, batch: dict, params: CostParams | None = 
     t_head = tok * 2 * k.h * k.vocab / (k.peak_lin * eff_head * tp)   # LM head on the last rank
     t_f_comp = lin_f + core_f + elem_f + t_head
     t_w_comp = lin_f + t_head                        # weight gradients: one GEMM per forward GEMM
-    recompute_extra = np.where(rc == R_FULL, t_f_comp, np.where(rc == R_SELECTIVE, core_f, 0.0))
+    recompute_extra = xp.where(rc == R_FULL, t_f_comp, xp.where(rc == R_SELECTIVE, core_f, 0.0))
     t_b_comp = lin_f + t_head + 2 * core_f + elem_f + recompute_extra
 
     # ---- tensor parallel (sequence parallel): 2 all-gathers + 2 reduce-scatters per layer pass ----
     s_tp = tok * k.h * C.ACTIVATION_BYTES
-    t_tp_coll = np.where(tp > 1, (tp - 1) / tp * s_tp / k.nvlink_Bps + (tp - 1) * k.nvlink_alpha_s, 0.0)
+    t_tp_coll = xp.where(tp > 1, (tp - 1) / tp * s_tp / k.nvlink_Bps + (tp - 1) * k.nvlink_alpha_s, 0.0)
     tp_f = Ls * 4 * t_tp_coll
-    tp_b = Ls * 4 * t_tp_coll * np.where(rc == R_FULL, 2.0, 1.0)
+    tp_b = Ls * 4 * t_tp_coll * xp.where(rc == R_FULL, 2.0, 1.0)
 
     # ---- context parallel: ring of K/V blocks, hidden behind the attention core ----
     cp_in = cp / x_cp
-    bw_cp_in, a_cp_in = tier_of_span(k, tp * cp_in)
-    bw_cp = np.where(x_cp > 1, np.minimum(bw_cp_in, bw_x_all), bw_cp_in)
-    a_cp = np.where(x_cp > 1, k.x_alpha_s, a_cp_in)
+    bw_cp_in, a_cp_in = tier_of_span(k, tp * cp_in, xp)
+    bw_cp = xp.where(x_cp > 1, xp.minimum(bw_cp_in, bw_x_all), bw_cp_in)
+    a_cp = xp.where(x_cp > 1, k.x_alpha_s, a_cp_in)
     kv_bytes = 2 * tok * k.kv_dim * C.ACTIVATION_BYTES / tp
     t_cp_ring = (cp - 1) * (kv_bytes / bw_cp + a_cp)
-    cp_f = Ls * np.maximum(0.0, t_cp_ring - t_core)
-    cp_b = Ls * np.maximum(0.0, 2 * t_cp_ring - 2 * t_core)
+    cp_f = Ls * xp.maximum(0.0, t_cp_ring - t_core)
+    cp_b = Ls * xp.maximum(0.0, 2 * t_cp_ring - 2 * t_core)
 
     # ---- expert parallel: all-to-all dispatch + combine per MoE layer (fwd 2, bwd 2) ----
     ep_in = ep / x_ep
-    bw_ep_in, a_ep_in = tier_of_span(k, tp * cp * ep_in)
+    bw_ep_in, a_ep_in = tier_of_span(k, tp * cp * ep_in, xp)
     a2a_bytes = tok * k.top_k * k.h * C.ACTIVATION_BYTES
-    t_a2a = np.where(x_ep > 1, (B - 1) / B * a2a_bytes / bw_x_all + k.x_alpha_s,
-                     all_to_all_time(a2a_bytes, ep, bw_ep_in, a_ep_in))
-    hide = np.where(sc == S_DUALPIPEV, 1.0, 0.0)    # DualPipeV overlaps a2a with the paired chunk
+    t_a2a = xp.where(x_ep > 1, (B - 1) / B * a2a_bytes / bw_x_all + k.x_alpha_s,
+                     all_to_all_time(a2a_bytes, ep, bw_ep_in, a_ep_in, xp))
+    hide = xp.where(sc == S_DUALPIPEV, 1.0, 0.0)    # DualPipeV overlaps a2a with the paired chunk
     layer_f = t_attn_lin + t_moe_lin + t_core
-    ep_f = Ls_moe * np.maximum(0.0, 2 * t_a2a - hide * layer_f)
-    ep_b = Ls_moe * np.maximum(0.0, 2 * t_a2a - hide * 2 * layer_f)
+    ep_f = Ls_moe * xp.maximum(0.0, 2 * t_a2a - hide * layer_f)
+    ep_b = Ls_moe * xp.maximum(0.0, 2 * t_a2a - hide * 2 * layer_f)
 
     t_f = t_f_comp + tp_f + cp_f + ep_f
     t_b = t_b_comp + tp_b + cp_b + ep_b
@@ -124,78 +127,79 @@ def evaluate_batch(scenario: Scenario, batch: dict, params: CostParams | None = 
 
     # ---- data parallel groups ----
     P_dense = (Ls_dense * (k.attn_params + k.dense_mlp_params) + Ls_moe * k.moe_other_params) / tp \
-        + k.vocab * k.h / tp * np.where(pp > 1, 1.0, 2.0)
+        + k.vocab * k.h / tp * xp.where(pp > 1, 1.0, 2.0)
     P_exp = Ls_moe * k.experts * k.expert_params / (tp * ep)
     n_d = dp * cp
-    n_e = np.maximum(dp * cp / ep, 1.0)
+    n_e = xp.maximum(dp * cp / ep, 1.0)
     n_in_d, n_in_e = n_d / b_dp, n_e / x_exp
-    bw_d_in, a_d_in = tier_of_span(k, tp * n_in_d)
-    bw_e_in, a_e_in = tier_of_span(k, tp * ep * n_in_e)
+    bw_d_in, a_d_in = tier_of_span(k, tp * n_in_d, xp)
     bw_d_ring = xb_bw(k.G_b / n_in_d)
-    bw_e_ring = xb_bw(k.G_b / n_in_e)
     ax = k.x_alpha_s
 
-    def dp_coll(f, S, n_in, n_x, bw_in, a_in, bw_ring):
-        return collective_time(coll, f, S, n_in, n_x, bw_in, a_in, bw_ring, bw_x_all, ax)
-
     g_d, g_e = P_dense * C.GRAD_REDUCE_BYTES_PER_PARAM, P_exp * C.GRAD_REDUCE_BYTES_PER_PARAM
-    w_d, w_e = P_dense * C.PARAM_GATHER_BYTES_PER_PARAM, P_exp * C.PARAM_GATHER_BYTES_PER_PARAM
-    ar_d, xar_d = dp_coll(2.0, g_d, n_in_d, b_dp, bw_d_in, a_d_in, bw_d_ring)
-    ar_e, xar_e = dp_coll(2.0, g_e, n_in_e, x_exp, bw_e_in, a_e_in, bw_e_ring)
-    rs_d, xrs_d = dp_coll(1.0, g_d, n_in_d, b_dp, bw_d_in, a_d_in, bw_d_ring)
-    rs_e, xrs_e = dp_coll(1.0, g_e, n_in_e, x_exp, bw_e_in, a_e_in, bw_e_ring)
-    ag_d, xag_d = dp_coll(1.0, w_d, n_in_d, b_dp, bw_d_in, a_d_in, bw_d_ring)
-    ag_e, xag_e = dp_coll(1.0, w_e, n_in_e, x_exp, bw_e_in, a_e_in, bw_e_ring)
-    # HSDP: FSDP inside the building (shard group n_in), all-reduce of shards across buildings
-    one = np.ones_like(tp)
-    hs_rs_d, _ = dp_coll(1.0, g_d, n_in_d, one, bw_d_in, a_d_in, bw_d_ring)
-    hs_ag_d, _ = dp_coll(1.0, w_d, n_in_d, one, bw_d_in, a_d_in, bw_d_ring)
-    hs_rs_e, _ = dp_coll(1.0, g_e, n_in_e, one, bw_e_in, a_e_in, bw_e_ring)
-    hs_ag_e, _ = dp_coll(1.0, w_e, n_in_e, one, bw_e_in, a_e_in, bw_e_ring)
-    hs_x_d, hxs_d = collective_time(coll, 2.0, g_d / n_in_d, one, b_dp, bw_d_in, a_d_in, bw_x_all, bw_x_all, ax)
-    hs_x_e, hxs_e = collective_time(coll, 2.0, g_e / n_in_e, one, x_exp, bw_e_in, a_e_in, bw_x_all, bw_x_all, ax)
+    # parameters are gathered in bf16 and gradients reduced in bf16: same bytes (asserted in tests)
+    one = 1.0
+    grp_d = group_coefficients(coll, n_in_d, b_dp, bw_d_in, a_d_in, bw_d_ring, bw_x_all, ax, xp)
+    grp_d_in = group_coefficients(coll, n_in_d, one, bw_d_in, a_d_in, bw_d_ring, bw_x_all, ax, xp)
+    # HSDP: the shard (S / n_in) is all-reduced across buildings by every GPU at once
+    grp_d_x = group_coefficients(coll, one, b_dp, bw_d_in, a_d_in, bw_x_all, bw_x_all, ax, xp)
+    ar, rs = grp_d.time(2, g_d), grp_d.time(1, g_d)
+    rs_in, hs_x = grp_d_in.time(1, g_d), grp_d_x.time(2, g_d / n_in_d)
+    xar, xrs, hxs = grp_d.xb_bytes(2, g_d), grp_d.xb_bytes(1, g_d), grp_d_x.xb_bytes(2, g_d / n_in_d)
+    if k.experts:
+        bw_e_in, a_e_in = tier_of_span(k, tp * ep * n_in_e, xp)
+        bw_e_ring = xb_bw(k.G_b / n_in_e)
+        grp_e = group_coefficients(coll, n_in_e, x_exp, bw_e_in, a_e_in, bw_e_ring, bw_x_all, ax, xp)
+        grp_e_in = group_coefficients(coll, n_in_e, one, bw_e_in, a_e_in, bw_e_ring, bw_x_all, ax, xp)
+        grp_e_x = group_coefficients(coll, one, x_exp, bw_e_in, a_e_in, bw_x_all, bw_x_all, ax, xp)
+        ar = ar + grp_e.time(2, g_e)
+        rs = rs + grp_e.time(1, g_e)
+        rs_in = rs_in + grp_e_in.time(1, g_e)
+        hs_x = hs_x + grp_e_x.time(2, g_e / n_in_e)
+        xar = xar + grp_e.xb_bytes(2, g_e)
+        xrs = xrs + grp_e.xb_bytes(1, g_e)
+        hxs = hxs + grp_e_x.xb_bytes(2, g_e / n_in_e)
 
     is_fsdp, is_hsdp = fl == F_FSDP, fl == F_HSDP
     # per micro-batch (ZeRO-3 semantics): all-gather in forward and in backward, reduce-scatter
-    fsdp_mb = np.where(is_fsdp, 2 * (ag_d + ag_e) + rs_d + rs_e,
-                       np.where(is_hsdp, 2 * (hs_ag_d + hs_ag_e) + hs_rs_d + hs_rs_e, 0.0))
-    per_step_grad = np.select([fl == F_DDP, fl == F_ZERO1, is_hsdp], [ar_d + ar_e, rs_d + rs_e, hs_x_d + hs_x_e], 0.0)
-    per_step_param = np.where(fl == F_ZERO1, ag_d + ag_e, 0.0)
+    fsdp_mb = xp.where(is_fsdp, 3 * rs, xp.where(is_hsdp, 3 * rs_in, 0.0))
+    per_step_grad = xp.select([fl == F_DDP, fl == F_ZERO1, is_hsdp], [ar, rs, hs_x], 0.0)
+    per_step_param = xp.where(fl == F_ZERO1, rs, 0.0)
 
     # ---- pipeline point-to-point ----
     s_pp = tok * k.h * C.ACTIVATION_BYTES / tp
     stage_gpus = k.G_b * b_pp / pp                   # GPUs of one stage inside one building
-    bw_pp_in, a_pp_in = tier_of_span(k, 2 * stage_gpus)
-    bw_pp_x = xb_bw(np.maximum(stage_gpus, 1.0))
+    bw_pp_in, a_pp_in = tier_of_span(k, 2 * stage_gpus, xp)
+    bw_pp_x = xb_bw(xp.maximum(stage_gpus, 1.0))
     t_p2p_in = s_pp / bw_pp_in + a_pp_in
     t_p2p_x = s_pp / bw_pp_x + ax
-    hops, xhops = chain_hops(sc, pp, v, b_pp)
+    hops, xhops = chain_hops(sc, pp, v, b_pp, xp)
     has_pp = pp > 1
-    D_chain = np.where(has_pp, (hops - xhops) * t_p2p_in + xhops * t_p2p_x, 0.0)
-    msgs = np.where((sc == S_ZBV) | (sc == S_DUALPIPEV), 2.0, v)
-    p2p_bw_bound = np.where(has_pp, msgs * np.maximum(s_pp / bw_pp_in, np.where(b_pp > 1, s_pp / bw_pp_x, 0.0)), 0.0)
-    p2p_bw_bound = np.where(sc == S_DUALPIPEV, 0.0, p2p_bw_bound)  # DualPipeV overlaps P2P too
+    D_chain = xp.where(has_pp, (hops - xhops) * t_p2p_in + xhops * t_p2p_x, 0.0)
+    msgs = xp.where((sc == S_ZBV) | (sc == S_DUALPIPEV), 2.0, v)
+    p2p_bw_bound = xp.where(has_pp, msgs * xp.maximum(s_pp / bw_pp_in, xp.where(b_pp > 1, s_pp / bw_pp_x, 0.0)), 0.0)
+    p2p_bw_bound = xp.where(sc == S_DUALPIPEV, 0.0, p2p_bw_bound)  # DualPipeV overlaps P2P too
 
     # ---- per-micro-batch pace of the bottleneck rank, then the whole pipeline ----
-    fsdp_pace = np.where(overlap, np.maximum(T_mb, fsdp_mb), T_mb + fsdp_mb)
-    T_pace = np.maximum(fsdp_pace, p2p_bw_bound)
-    infl = in_flight_microbatches(sc, pp, v, m)
+    fsdp_pace = xp.where(overlap, xp.maximum(T_mb, fsdp_mb), T_mb + fsdp_mb)
+    T_pace = xp.maximum(fsdp_pace, p2p_bw_bound)
+    infl = in_flight_microbatches(sc, pp, v, m, xp)
     round_trip = pp * T_pace + 2 * D_chain
-    cycle = np.where(has_pp & (sc != S_GPIPE), np.maximum(T_pace, round_trip / np.maximum(infl, 1.0)), T_pace)
+    cycle = xp.where(has_pp & (sc != S_GPIPE), xp.maximum(T_pace, round_trip / xp.maximum(infl, 1.0)), T_pace)
     scale = T_pace / T_mb
-    bubble = np.where(has_pp, bubble_time(sc, pp, v, t_f * scale, t_b * scale, t_w * scale), 0.0)
+    bubble = xp.where(has_pp, bubble_time(sc, pp, v, t_f * scale, t_b * scale, t_w * scale, xp), 0.0)
     T_pipe = m * cycle + bubble + 2 * D_chain
 
     # ---- DP exposure once per step ----
     window_b = t_b + t_w                              # backward of the last micro-batch
     window_f = t_f
-    dp_grad_exposed = np.where(overlap, np.maximum(per_step_grad / C.DP_BUCKETS, per_step_grad - window_b), per_step_grad)
-    dp_param_exposed = np.where(overlap, np.maximum(per_step_param / C.DP_BUCKETS, per_step_param - window_f), per_step_param)
+    dp_grad_exposed = xp.where(overlap, xp.maximum(per_step_grad / C.DP_BUCKETS, per_step_grad - window_b), per_step_grad)
+    dp_param_exposed = xp.where(overlap, xp.maximum(per_step_param / C.DP_BUCKETS, per_step_param - window_f), per_step_param)
     dp_exposed = dp_grad_exposed + dp_param_exposed
 
     # ---- optimizer step (HBM bound) ----
-    shard_d = np.select([fl == F_ZERO1, is_fsdp, is_hsdp], [n_d, n_d, n_in_d], 1.0)
-    shard_e = np.select([fl == F_ZERO1, is_fsdp, is_hsdp], [n_e, n_e, n_in_e], 1.0)
+    shard_d = xp.select([fl == F_ZERO1, is_fsdp, is_hsdp], [n_d, n_d, n_in_d], 1.0)
+    shard_e = xp.select([fl == F_ZERO1, is_fsdp, is_hsdp], [n_e, n_e, n_in_e], 1.0)
     owned = P_dense / shard_d + P_exp / shard_e
     t_opt = owned * C.ADAM_STEP_TRAFFIC_BYTES_PER_PARAM / k.hbm_Bps
 
@@ -204,12 +208,12 @@ def evaluate_batch(scenario: Scenario, batch: dict, params: CostParams | None = 
     # ---- memory per GPU (bottleneck rank) ----
     per_param_full = C.WEIGHT_BYTES_PER_PARAM + C.GRAD_BYTES_PER_PARAM + C.OPTIMIZER_BYTES_PER_PARAM
     sharded_all = is_fsdp | is_hsdp
-    states = np.where(sharded_all, per_param_full * owned,
+    states = xp.where(sharded_all, per_param_full * owned,
                       (C.WEIGHT_BYTES_PER_PARAM + C.GRAD_BYTES_PER_PARAM) * (P_dense + P_exp)
                       + C.OPTIMIZER_BYTES_PER_PARAM * owned)
-    layer_params = (k.attn_params + np.maximum(k.dense_mlp_params, k.moe_other_params - k.attn_params
+    layer_params = (k.attn_params + xp.maximum(k.dense_mlp_params, k.moe_other_params - k.attn_params
                                                + k.experts * k.expert_params / ep)) / tp
-    gather_buf = np.where(sharded_all, 2 * C.WEIGHT_BYTES_PER_PARAM * layer_params, 0.0)
+    gather_buf = xp.where(sharded_all, 2 * C.WEIGHT_BYTES_PER_PARAM * layer_params, 0.0)
     swiglu = 1.5 if k.mlp_mats == 3 else 1.0
     mlp_dense_k = k.ffn * swiglu / (4 * k.h)
     mlp_moe_k = (k.top_k * C.EXPERT_IMBALANCE_FACTOR + k.shared) * k.ffn_e * swiglu / (4 * k.h)
@@ -217,13 +221,13 @@ def evaluate_batch(scenario: Scenario, batch: dict, params: CostParams | None = 
                                 + C.ACT_MLP_BYTES_PER_TOKEN_HIDDEN * (Ls_dense * mlp_dense_k + Ls_moe * mlp_moe_k))
     act_scores = Ls * C.ACT_SCORES_BYTES_PER_TOKEN_HEAD_SEQ * k.heads * tok * k.seq / tp
     act_layer_full = (act_lin + act_scores) / Ls
-    act_mb = np.select([rc == R_NONE, rc == R_SELECTIVE],
+    act_mb = xp.select([rc == R_NONE, rc == R_SELECTIVE],
                        [act_lin + act_scores, act_lin],
                        C.ACT_FULL_RECOMPUTE_BYTES_PER_TOKEN_HIDDEN * tok * k.h / tp * Ls)
-    acts = infl * act_mb + np.where(rc == R_FULL, act_layer_full, 0.0) \
+    acts = infl * act_mb + xp.where(rc == R_FULL, act_layer_full, 0.0) \
         + tok * k.vocab * C.LOGITS_BYTES / tp
     memory = states + gather_buf + acts + C.FRAMEWORK_RESERVED_BYTES
-    deficit = np.maximum(0.0, memory - k.hbm_bytes)
+    deficit = xp.maximum(0.0, memory - k.hbm_bytes)
 
     # ---- FLOPs, MFU (model FLOPs, non-causal attention: PaLM / Megatron convention) ----
     act_params_layer = (k.attn_params + (1 - k.moe_frac) * k.dense_mlp_params
@@ -231,24 +235,23 @@ def evaluate_batch(scenario: Scenario, batch: dict, params: CostParams | None = 
     flops_tok_fwd = k.L * (2 * act_params_layer + 4 * k.seq * k.h) + 2 * k.h * k.vocab
     tokens_step = k.global_batch * k.seq
     model_flops = 3 * flops_tok_fwd * tokens_step
-    recompute_flops = np.select([rc == R_FULL, rc == R_SELECTIVE], [flops_tok_fwd, k.L * 4 * k.seq * k.h], 0.0) * tokens_step
+    recompute_flops = xp.select([rc == R_FULL, rc == R_SELECTIVE], [flops_tok_fwd, k.L * 4 * k.seq * k.h], 0.0) * tokens_step
     denom = iteration * k.n_gpus * k.peak_precision
 
     # ---- breakdown (sums to the iteration time) ----
     pace_extra = m * (T_pace - T_mb)
-    fsdp_part = np.where(fsdp_pace >= p2p_bw_bound, pace_extra, m * np.maximum(0.0, fsdp_pace - T_mb))
+    fsdp_part = xp.where(fsdp_pace >= p2p_bw_bound, pace_extra, m * xp.maximum(0.0, fsdp_pace - T_mb))
     p2p_part = pace_extra - fsdp_part
     pp_latency = m * (cycle - T_pace) + 2 * D_chain
 
     # ---- bytes per GPU per step on each tier ----
-    xb_dp = np.select([fl == F_DDP, fl == F_ZERO1, is_fsdp, is_hsdp],
-                      [xar_d + xar_e, xrs_d + xrs_e + xag_d + xag_e, m * (2 * (xag_d + xag_e) + xrs_d + xrs_e), hxs_d + hxs_e], 0.0)
+    xb_dp = xp.select([fl == F_DDP, fl == F_ZERO1, is_fsdp, is_hsdp], [xar, 2 * xrs, m * 3 * xrs, hxs], 0.0)
     # each crossing hop carries s_pp from every GPU of the sending stage (N/pp GPUs), both ways
-    xb_pp = np.where(has_pp, 2 * m * xhops * s_pp / pp, 0.0)
-    xb_ep = np.where(x_ep > 1, m * Ls_moe * 4 * (B - 1) / B * a2a_bytes, 0.0)
-    xb_cp = np.where(x_cp > 1, m * Ls * 3 * (cp - 1) * kv_bytes * B / cp, 0.0)
+    xb_pp = xp.where(has_pp, 2 * m * xhops * s_pp / pp, 0.0)
+    xb_ep = xp.where(x_ep > 1, m * Ls_moe * 4 * (B - 1) / B * a2a_bytes, 0.0)
+    xb_cp = xp.where(x_cp > 1, m * Ls * 3 * (cp - 1) * kv_bytes * B / cp, 0.0)
     xb_per_gpu = xb_dp + xb_pp + xb_ep + xb_cp
-    nvlink_bytes = m * Ls * np.where(rc == R_FULL, 12.0, 8.0) * (tp - 1) / tp * s_tp
+    nvlink_bytes = m * Ls * xp.where(rc == R_FULL, 12.0, 8.0) * (tp - 1) / tp * s_tp
 
     return {
         "iteration_time_s": iteration,
@@ -271,3 +274,28 @@ def evaluate_batch(scenario: Scenario, batch: dict, params: CostParams | None = 
         "nvlink_bytes_per_gpu": nvlink_bytes,
         "micro_batches": m,
     }
+
+
+_CODES = {f: {name: i for i, name in enumerate(vals)} for f, vals in CATEGORICAL.items()}
+
+
+def _scalar_row(config) -> dict:
+    row = config.model_dump()
+    for f, lut in _CODES.items():
+        row[f] = lut[row[f]]
+    return row
+
+
+def infeasible_reason(memory_bytes: float, hbm_bytes: float) -> str:
+    need, have = memory_bytes / 2**30, hbm_bytes / 2**30
+    return (f"out of memory: needs {need:.1f} GiB per GPU, has {have:.1f} GiB "
+            f"(short by {memory_bytes - hbm_bytes:.0f} bytes)")
+
+
+def evaluate(scenario: Scenario, config, params: CostParams | None = None) -> "Evaluation":
+    """One configuration with its full breakdown: the batch formulas on one row (Python floats)."""
+    from .result import Evaluation
+    p = params or default_params()
+    out = iteration_formulas(scenario, _scalar_row(config), p, SCALAR)
+    k = scenario_consts(scenario, p)
+    return Evaluation.from_outputs(config, out, k.hbm_bytes)

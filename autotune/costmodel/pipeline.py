@@ -5,12 +5,12 @@ t_b backward for inputs, t_w backward for weights (t_b + t_w = the usual backwar
 """
 from __future__ import annotations
 
-import numpy as np
+from .xp import NUMPY
 
 S_GPIPE, S_1F1B, S_INTERLEAVED, S_ZB1P, S_ZB2P, S_ZBV, S_DUALPIPEV = range(7)
 
 
-def bubble_time(sched, p, v, t_f, t_b, t_w):
+def bubble_time(sched, p, v, t_f, t_b, t_w, xp=NUMPY):
     """Idle time of the slowest rank beyond m (t_f + t_b + t_w).
 
     GPipe / 1F1B: (p-1)(t_f+t_b+t_w) (Huang et al. 2019; Narayanan et al. 2021).
@@ -22,25 +22,25 @@ def bubble_time(sched, p, v, t_f, t_b, t_w):
     """
     pm1 = p - 1.0
     full = t_f + t_b + t_w
-    return np.select(
+    return xp.select(
         [sched == S_GPIPE, sched == S_1F1B, sched == S_INTERLEAVED, sched == S_ZB1P, sched == S_ZB2P],
-        [pm1 * full, pm1 * full, pm1 * full / v, pm1 * (t_f + t_b - t_w), pm1 * np.maximum(0.0, t_f + t_b - 2 * t_w)],
-        default=pm1 * np.maximum(0.0, t_f + t_b - 2 * t_w) / v,
+        [pm1 * full, pm1 * full, pm1 * full / v, pm1 * (t_f + t_b - t_w), pm1 * xp.maximum(0.0, t_f + t_b - 2 * t_w)],
+        default=pm1 * xp.maximum(0.0, t_f + t_b - 2 * t_w) / v,
     )
 
 
-def in_flight_microbatches(sched, p, v, m):
+def in_flight_microbatches(sched, p, v, m, xp=NUMPY):
     """Micro-batches whose activations the first rank holds at peak (COST_MODEL.md):
     GPipe m; 1F1B p; interleaved p (1 + (p-1)/(p v)); ZB1P, ZBV p; ZB2P 2p; DualPipeV p + 1."""
-    infl = np.select(
+    infl = xp.select(
         [sched == S_GPIPE, sched == S_1F1B, sched == S_INTERLEAVED, sched == S_ZB2P, sched == S_DUALPIPEV],
         [m, p, p * (1.0 + (p - 1.0) / (p * v)), 2.0 * p, p + 1.0],
         default=p,
     )
-    return np.minimum(infl, m)
+    return xp.minimum(infl, m)
 
 
-def chain_hops(sched, p, v, b_pp):
+def chain_hops(sched, p, v, b_pp, xp=NUMPY):
     """Boundaries one micro-batch crosses going forward through all p*v chunks, and how many
     of them cross a building boundary when the p ranks are cut into b_pp contiguous groups.
 
@@ -49,8 +49,8 @@ def chain_hops(sched, p, v, b_pp):
     V-shaped schedules (ZBV, DualPipeV) go down and back: 2p - 1 hops, no wrap.
     """
     is_v = (sched == S_ZBV) | (sched == S_DUALPIPEV)
-    hops = np.where(is_v, 2.0 * p - 1.0, p * v - 1.0)
+    hops = xp.where(is_v, 2.0 * p - 1.0, p * v - 1.0)
     bx = b_pp - 1.0
-    wraps = np.where(b_pp > 1, 1.0, 0.0)
-    xhops = np.where(is_v, 2.0 * bx, v * bx + (v - 1.0) * wraps)
+    wraps = xp.where(b_pp > 1, 1.0, 0.0)
+    xhops = xp.where(is_v, 2.0 * bx, v * bx + (v - 1.0) * wraps)
     return hops, xhops

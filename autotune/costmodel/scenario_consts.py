@@ -5,11 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-import numpy as np
-
 from ..specs.scenario import Scenario
 from .network import effective_bandwidth_Bps
 from .params import CostParams
+from .xp import NUMPY, SCALAR
 
 
 @dataclass(frozen=True)
@@ -41,8 +40,8 @@ def _intra_tier_Bps(tier, gpus_below: int, nic_Bps: float, net_eff: float) -> fl
     uplink = gpus_below * tier.bandwidth_Bps / tier.oversubscription
     lb = {"ecmp": 0, "qp_spray": 1, "packet_spray": 2}[tier.load_balancing]
     lr = {"gbn": 0, "sr": 1}[tier.loss_recovery]
-    bw = effective_bandwidth_Bps(lb, tier.queue_pairs, lr, gpus_below, uplink, nic_Bps, tier.n_paths,
-                                 2 * tier.one_way_latency_s, tier.loss_rate, tier.mtu_bytes, net_eff)
+    bw = effective_bandwidth_Bps(lb, float(tier.queue_pairs), lr, float(gpus_below), uplink, nic_Bps, tier.n_paths,
+                                 2 * tier.one_way_latency_s, tier.loss_rate, tier.mtu_bytes, net_eff, SCALAR)
     return float(bw)
 
 
@@ -88,11 +87,11 @@ def scenario_consts(scenario: Scenario, params: CostParams) -> ScenarioConsts:
     )
 
 
-def tier_of_span(k: ScenarioConsts, span):
+def tier_of_span(k: ScenarioConsts, span, xp=NUMPY):
     """(bandwidth, alpha) of the smallest in-building tier holding a group spanning ``span``
     consecutive GPUs: NVLink within a node, scale-out within a zone, else cross-zone."""
     in_node = span <= k.node
     in_zone = span <= k.zone
-    bw = np.where(in_node, k.nvlink_Bps, np.where(in_zone, k.so_Bps, k.cz_Bps))
-    alpha = np.where(in_node, k.nvlink_alpha_s, np.where(in_zone, k.so_alpha_s, k.cz_alpha_s))
+    bw = xp.where(in_node, k.nvlink_Bps, xp.where(in_zone, k.so_Bps, k.cz_Bps))
+    alpha = xp.where(in_node, k.nvlink_alpha_s, xp.where(in_zone, k.so_alpha_s, k.cz_alpha_s))
     return bw, alpha

@@ -1,0 +1,43 @@
+"""The result of evaluating one configuration: time, breakdown, memory, feasibility."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .iteration import BREAKDOWN_KEYS, infeasible_reason
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    config: object
+    iteration_time_s: float
+    tokens_per_s: float
+    mfu: float
+    hfu: float
+    memory_per_gpu_bytes: float
+    memory_deficit_bytes: float
+    feasible: bool
+    reason: str
+    breakdown: dict = field(default_factory=dict)
+    traffic: dict = field(default_factory=dict)
+
+    @classmethod
+    def from_outputs(cls, config, out: dict, hbm_bytes: float) -> "Evaluation":
+        feasible = bool(out["feasible"])
+        return cls(
+            config=config,
+            iteration_time_s=float(out["iteration_time_s"]), tokens_per_s=float(out["tokens_per_s"]),
+            mfu=float(out["mfu"]), hfu=float(out["hfu"]),
+            memory_per_gpu_bytes=float(out["memory_per_gpu_bytes"]),
+            memory_deficit_bytes=float(out["memory_deficit_bytes"]), feasible=feasible,
+            reason="" if feasible else infeasible_reason(float(out["memory_per_gpu_bytes"]), hbm_bytes),
+            breakdown={kk: float(out[kk]) for kk in BREAKDOWN_KEYS},
+            traffic={kk: float(out[kk]) for kk in ("xb_bytes_per_gpu", "xb_bytes_per_step", "nvlink_bytes_per_gpu")}
+            | {"micro_batches": float(out["micro_batches"])},
+        )
+
+    def to_dict(self) -> dict:
+        return {"config": self.config.model_dump(), "iteration_time_s": self.iteration_time_s,
+                "tokens_per_s": self.tokens_per_s, "mfu": self.mfu, "hfu": self.hfu,
+                "memory_per_gpu_bytes": self.memory_per_gpu_bytes,
+                "memory_deficit_bytes": self.memory_deficit_bytes, "feasible": self.feasible,
+                "reason": self.reason, "breakdown": self.breakdown, "traffic": self.traffic}
