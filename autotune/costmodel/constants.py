@@ -29,6 +29,10 @@ FRAMEWORK_RESERVED_BYTES = 3.0e9
 # ---- compute ----
 CAUSAL_ATTENTION_WORK_FRACTION = 0.5
 """Causal FlashAttention skips the masked upper triangle of QK^T (Dao 2023): half the core work."""
+UNFUSED_SOFTMAX_TRAFFIC_BYTES_PER_SCORE = 10.0
+"""Unfused attention (pre-FlashAttention Megatron): the s x s scores go through HBM: write QK^T
+(2 B), fused scale-mask-softmax read + write (4 B), dropout read + write + mask (5 B) ~ 10 B per
+score element in forward, twice that in backward."""
 ELEMENTWISE_TRAFFIC_BYTES_PER_TOKEN_HIDDEN = 68.0
 """Memory-bound elementwise kernels (norms, activations, residuals, dropout) move roughly the
 stored-activation bytes twice (write + read): 2 x 34 bytes per token per hidden unit per layer."""

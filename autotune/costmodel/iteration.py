@@ -72,21 +72,33 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
     Ls = xp.ceil(k.L / (pp * v)) * v                 # layers on the busiest rank (uneven split)
     Ls_moe = Ls * k.moe_frac
     Ls_dense = Ls - Ls_moe
-    eff_d = gemm_efficiency(tok, k.h, k.ffn / tp, k.ridge, p)
-    tok_expert = tok * k.top_k * ep / max(k.experts, 1.0)
-    eff_e = gemm_efficiency(xp.maximum(tok_expert, 1.0), k.h, max(k.ffn_e, 1.0) / tp, k.ridge, p)
-    eff_head = gemm_efficiency(tok, k.h, k.vocab / tp, k.ridge, p)
-    lin_rate = k.peak_lin * eff_d * tp
-    t_attn_lin = tok * 2 * k.attn_params / lin_rate
-    t_core = tok * 4 * k.seq * k.h * C.CAUSAL_ATTENTION_WORK_FRACTION / (tp * k.peak_bf16 * p.attention_core_efficiency)
+    # GEMM time summed per GEMM: each runs at the efficiency of its own shape (M tokens, K, N / tp)
+    up_n = (k.mlp_mats - 1.0) * k.ffn / tp              # fused gate+up for SwiGLU
+
+    def gemm_time(M, K, N):
+        return 2.0 * M * K * N / (k.peak_lin * gemm_efficiency(M, K, N, k.ridge, p))
+    t_attn_lin = gemm_time(tok, k.h, (k.h + 2 * k.kv_dim) / tp) + gemm_time(tok, k.h / tp, k.h)
+    t_mlp_dense = gemm_time(tok, k.h, up_n) + gemm_time(tok, k.ffn / tp, k.h)
+    if k.experts:
+        tok_e = xp.maximum(tok * k.top_k * ep / k.experts, 1.0)   # tokens per local expert
+        n_local = k.experts / ep
+        up_e = (k.mlp_mats - 1.0) * k.ffn_e / tp
+        routed = n_local * (gemm_time(tok_e, k.h, up_e) + gemm_time(tok_e, k.ffn_e / tp, k.h))
+        shared = k.shared * (gemm_time(tok, k.h, up_e) + gemm_time(tok, k.ffn_e / tp, k.h))
+        t_moe_lin = routed * C.EXPERT_IMBALANCE_FACTOR + shared + 2.0 * tok * k.h * k.experts / (k.peak_lin * p.gemm_efficiency_max)
+    else:
+        t_moe_lin = 0.0
+    # attention core: FlashAttention skips masked blocks; unfused attention computes all s x s
+    # scores and streams them through HBM (softmax, dropout)
+    core_work = C.CAUSAL_ATTENTION_WORK_FRACTION if k.flash else 1.0
+    t_core = tok * 4 * k.seq * k.h * core_work / (tp * k.peak_bf16 * p.attention_core_efficiency)
+    if not k.flash:
+        t_core = t_core + C.UNFUSED_SOFTMAX_TRAFFIC_BYTES_PER_SCORE * k.heads * tok * k.seq / (tp * k.hbm_Bps)
     t_elem = C.ELEMENTWISE_TRAFFIC_BYTES_PER_TOKEN_HIDDEN * tok * k.h / (tp * k.hbm_Bps)
-    t_mlp_dense = tok * 2 * k.dense_mlp_params / lin_rate
-    t_moe_lin = (tok * 2 * (k.moe_other_params - k.attn_params) / lin_rate
-                 + tok * 2 * k.top_k * k.expert_params * C.EXPERT_IMBALANCE_FACTOR / (k.peak_lin * eff_e * tp))
     lin_f = Ls_dense * (t_attn_lin + t_mlp_dense) + Ls_moe * (t_attn_lin + t_moe_lin)
     core_f = Ls * t_core
     elem_f = Ls * t_elem
-    t_head = tok * 2 * k.h * k.vocab / (k.peak_lin * eff_head * tp)   # LM head on the last rank
+    t_head = gemm_time(tok, k.h, k.vocab / tp)       # LM head on the last rank
     t_f_comp = lin_f + core_f + elem_f + t_head
     t_w_comp = lin_f + t_head                        # weight gradients: one GEMM per forward GEMM
     recompute_extra = xp.where(rc == R_FULL, t_f_comp, xp.where(rc == R_SELECTIVE, core_f, 0.0))
@@ -219,7 +231,7 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
     mlp_moe_k = (k.top_k * C.EXPERT_IMBALANCE_FACTOR + k.shared) * k.ffn_e * swiglu / (4 * k.h)
     act_lin = tok * k.h / tp * (C.ACT_ATTN_BYTES_PER_TOKEN_HIDDEN * Ls
                                 + C.ACT_MLP_BYTES_PER_TOKEN_HIDDEN * (Ls_dense * mlp_dense_k + Ls_moe * mlp_moe_k))
-    act_scores = Ls * C.ACT_SCORES_BYTES_PER_TOKEN_HEAD_SEQ * k.heads * tok * k.seq / tp
+    act_scores = 0.0 if k.flash else Ls * C.ACT_SCORES_BYTES_PER_TOKEN_HEAD_SEQ * k.heads * tok * k.seq / tp
     act_layer_full = (act_lin + act_scores) / Ls
     act_mb = xp.select([rc == R_NONE, rc == R_SELECTIVE],
                        [act_lin + act_scores, act_lin],

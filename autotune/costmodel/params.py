@@ -24,7 +24,9 @@ class CostParams:
     fp8_gemm_speedup_realised: float = 0.65
     """Fraction of the 2x fp8 peak that fp8 GEMMs realise (quantisation, amax, bf16 remainder)."""
     network_efficiency: float = 0.8
-    """Achieved collective bus bandwidth over link bandwidth (NCCL busbw, nccl-tests)."""
+    """Achieved collective bus bandwidth over NIC bandwidth on scale-out tiers (NCCL busbw)."""
+    nvlink_efficiency: float = 0.8
+    """Achieved collective bus bandwidth over NVLink bandwidth (nccl-tests on DGX: ~75-85%)."""
 
     @classmethod
     def names(cls) -> list[str]:

@@ -24,6 +24,7 @@ class ScenarioConsts:
     x_uplink_Bps: float; x_alpha_s: float; x_rtt_s: float; x_paths: int; x_loss: float; x_mtu: int
     x_tier: object
     net_eff: float
+    flash: bool
 
 
 def _hybrid_split(B: int) -> tuple[int, int]:
@@ -77,13 +78,13 @@ def scenario_consts(scenario: Scenario, params: CostParams) -> ScenarioConsts:
         peak_lin=peak_lin, peak_bf16=peak_bf16, peak_precision=slow.peak_flops(scenario.precision),
         ridge=slow.ridge_flops_per_byte,
         hbm_bytes=min(g.hbm_bytes for g in gpus), hbm_Bps=min(g.hbm_bandwidth_Bps for g in gpus),
-        nvlink_Bps=min(g.nvlink_bandwidth_Bps for g in gpus) * params.network_efficiency,
+        nvlink_Bps=min(g.nvlink_bandwidth_Bps for g in gpus) * params.nvlink_efficiency,
         nvlink_alpha_s=max(g.nvlink_latency_s for g in gpus), nic_Bps=nic,
         so_Bps=so_Bps, so_alpha_s=c.scale_out.one_way_latency_s,
         cz_Bps=cz_Bps, cz_alpha_s=cz.one_way_latency_s,
         x_uplink_Bps=G_b * xt.bandwidth_Bps / xt.oversubscription, x_alpha_s=xt.one_way_latency_s,
         x_rtt_s=2 * xt.one_way_latency_s, x_paths=xt.n_paths, x_loss=xt.loss_rate, x_mtu=xt.mtu_bytes,
-        x_tier=xt, net_eff=params.network_efficiency,
+        x_tier=xt, net_eff=params.network_efficiency, flash=scenario.workload.flash_attention,
     )
 
 
