@@ -80,7 +80,9 @@ def group_coefficients(algo, n_in, n_x, bw_in, alpha_in, bw_x_ring, bw_x_all, al
     a2 = xp.where(is_ring, 2 * ring_a, xp.where(is_tree, 2.0 / bw_min, xp.where(is_hier, 2 * hier_a, 2 * hier_a + hd_extra)))
     lat2 = xp.where(is_ring, 2 * ring_lat, xp.where(is_tree, 2.0 * _log2ceil(n, xp) * a_max, 2 * xp.where(is_hier, hier_lat, hd_lat)))
     x2 = xp.where(is_ring, 2 * ring_x, xp.where(is_tree, spans / n_in, 2 * hier_x))
-    return GroupCoefficients(*(xp.where(live, arr, 0.0) for arr in (a1, lat1, x1, a2, lat2, x2)))
+    # a group of one does nothing; every term above is already 0 at n = 1 except the tree's S/beta
+    a2 = xp.where(live, a2, 0.0)
+    return GroupCoefficients(a1, lat1, x1, a2, lat2, x2)
 
 
 def collective_time(algo, f, size_bytes, n_in, n_x, bw_in, alpha_in, bw_x_ring, bw_x_all, alpha_x, xp=NUMPY):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..specs.config import CATEGORICAL
+from ..specs.config import CATEGORICAL, FIELDS
 from ..specs.scenario import Scenario
 from . import constants as C
 from .collectives import all_to_all_time, group_coefficients
@@ -34,9 +34,25 @@ def gemm_efficiency(M, K, N, ridge: float, p: CostParams):
     return p.gemm_efficiency_max * intensity / (intensity + p.gemm_half_intensity_ridge_ratio * ridge)
 
 
+CHUNK_ROWS = 12288
+"""Rows per internal chunk: keeps each temporary array (~96 KiB) under glibc's mmap threshold and
+in cache; whole-batch temporaries of several MiB are mmap'ed and page-faulted on every use."""
+
+
 def evaluate_batch(scenario: Scenario, batch: dict, params: CostParams | None = None) -> dict:
     """Iteration time, breakdown, memory and feasibility of every configuration in ``batch``."""
-    return iteration_formulas(scenario, batch, params or default_params(), NUMPY)
+    p = params or default_params()
+    n = len(batch["tp"])
+    if n <= CHUNK_ROWS:
+        return _public(iteration_formulas(scenario, batch, p, NUMPY), n)
+    parts = [_public(iteration_formulas(scenario, {k: v[i:i + CHUNK_ROWS] for k, v in batch.items()}, p, NUMPY),
+                     min(CHUNK_ROWS, n - i)) for i in range(0, n, CHUNK_ROWS)]
+    return {k: np.concatenate([q[k] for q in parts]) for k in parts[0]}
+
+
+def _public(out: dict, n: int) -> dict:
+    """Drop the simulator's internals; broadcast any output that came out scalar."""
+    return {k: (v if np.ndim(v) else np.full(n, v)) for k, v in out.items() if not k.startswith("_")}
 
 
 def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> dict:
@@ -285,16 +301,23 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
         "xb_bytes_per_step": xb_per_gpu * k.n_gpus,
         "nvlink_bytes_per_gpu": nvlink_bytes,
         "micro_batches": m,
+        # internals for the event-level simulator (scalar path)
+        "_pipe_t_f": t_f * scale, "_pipe_t_b": t_b * scale, "_pipe_t_w": t_w * scale,
+        "_t_p2p_in": t_p2p_in, "_t_p2p_x": t_p2p_x, "_b_pp": b_pp, "_T_pipe": T_pipe,
+        "_dp_exposed": dp_exposed, "_t_opt": t_opt, "_hbm_bytes": k.hbm_bytes,
     }
 
 
 _CODES = {f: {name: i for i, name in enumerate(vals)} for f, vals in CATEGORICAL.items()}
 
 
+_INTEGER_FIELDS = tuple(f for f in FIELDS if f not in CATEGORICAL)
+
+
 def _scalar_row(config) -> dict:
-    row = config.model_dump()
+    row = {f: getattr(config, f) for f in _INTEGER_FIELDS}
     for f, lut in _CODES.items():
-        row[f] = lut[row[f]]
+        row[f] = lut[getattr(config, f)]
     return row
 
 
@@ -309,5 +332,4 @@ def evaluate(scenario: Scenario, config, params: CostParams | None = None) -> "E
     from .result import Evaluation
     p = params or default_params()
     out = iteration_formulas(scenario, _scalar_row(config), p, SCALAR)
-    k = scenario_consts(scenario, p)
-    return Evaluation.from_outputs(config, out, k.hbm_bytes)
+    return Evaluation.from_outputs(config, out, out["_hbm_bytes"])

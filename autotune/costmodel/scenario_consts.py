@@ -3,7 +3,6 @@ array arithmetic over configurations)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
 
 from ..specs.scenario import Scenario
 from .network import effective_bandwidth_Bps
@@ -46,8 +45,19 @@ def _intra_tier_Bps(tier, gpus_below: int, nic_Bps: float, net_eff: float) -> fl
     return float(bw)
 
 
-@lru_cache(maxsize=64)
 def scenario_consts(scenario: Scenario, params: CostParams) -> ScenarioConsts:
+    """Cached on the (immutable) scenario object, per parameter set."""
+    cache = scenario._derived
+    key = ("costmodel", params)
+    k = cache.get(key)
+    if k is None:
+        if len(cache) > 32:
+            cache.clear()
+        k = cache[key] = _compute_consts(scenario, params)
+    return k
+
+
+def _compute_consts(scenario: Scenario, params: CostParams) -> ScenarioConsts:
     m, c = scenario.model, scenario.cluster
     gpus = [b.gpu for b in c.buildings]
     # synchronous training runs at the pace of its slowest GPU; memory must fit the smallest

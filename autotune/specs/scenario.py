@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from functools import cached_property
 
-from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic import BaseModel, ConfigDict, PrivateAttr, model_validator
 
 from .cluster import ClusterSpec
 from .model import ModelSpec
@@ -18,6 +18,8 @@ class Scenario(BaseModel):
     model: ModelSpec
     workload: WorkloadSpec = WorkloadSpec()
     cluster: ClusterSpec
+    _derived: dict = PrivateAttr(default_factory=dict)
+    """Per-object cache of derived constants (e.g. the cost model's), keyed by the caller."""
 
     @model_validator(mode="after")
     def _check(self) -> "Scenario":

@@ -1,0 +1,170 @@
+"""The ``autotune`` command line: parse, call the library, print (human or --json)."""
+from __future__ import annotations
+
+import functools
+import json
+import sys
+
+import click
+
+from .errors import UserInputError
+
+EXIT_USER_ERROR = 2
+
+
+def _emit(data: dict, as_json: bool, human) -> None:
+    if as_json:
+        click.echo(json.dumps(data, indent=2, default=str))
+    else:
+        human(data)
+
+
+def scenario_options(f):
+    """Options shared by every command that needs a scenario."""
+    opts = [
+        click.option("--model", "model", default=None, help="model preset (e.g. llama3-405b)"),
+        click.option("--cluster", "cluster", default=None, help="cluster preset (e.g. campus-5bldg)"),
+        click.option("--gpus", type=int, default=None, help="total GPUs, split evenly over buildings"),
+        click.option("--global-batch", "global_batch", type=int, default=None, help="sequences per step"),
+        click.option("--seq-len", "seq_len", type=int, default=None),
+        click.option("--precision", type=click.Choice(["bf16", "fp16", "fp8"]), default=None),
+        click.option("--scenario", "scenario_file", default=None, help="scenario YAML (model, workload, cluster)"),
+        click.option("--set", "overrides", multiple=True, help="dotted override, e.g. cluster.cross_building.loss_rate=1e-5"),
+    ]
+    for o in reversed(opts):
+        f = o(f)
+    return f
+
+
+def _scenario(kw):
+    from .specs.presets import build_scenario
+    return build_scenario(model=kw.pop("model"), cluster=kw.pop("cluster"), gpus=kw.pop("gpus"),
+                          global_batch=kw.pop("global_batch"), seq_len=kw.pop("seq_len"),
+                          precision=kw.pop("precision"), scenario_file=kw.pop("scenario_file"),
+                          overrides=kw.pop("overrides"))
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def cli():
+    """autotune: find the fastest scale-across training configuration, and show why."""
+
+
+def _fmt_bytes(b: float) -> str:
+    return f"{b / 2**30:.1f} GiB"
+
+
+@cli.command()
+@scenario_options
+@click.option("--config", "config_text", required=True, help='"tp=8,pp=16,placement=dp_out,..." or a YAML file')
+@click.option("--simulate", is_flag=True, help="also run the event-level pipeline simulator")
+@click.option("--json", "as_json", is_flag=True)
+def evaluate(config_text, simulate, as_json, **kw):
+    """Iteration time and breakdown of one configuration."""
+    from .configparse import make_config, parse_config_text
+    from .costmodel import evaluate as evaluate_one
+    from .space import SearchSpace
+    scen = _scenario(kw)
+    cfg = make_config(parse_config_text(config_text), scen.n_gpus)
+    SearchSpace(scen).check(cfg)
+    ev = evaluate_one(scen, cfg)
+    data = ev.to_dict() | {"scenario": scen.summary()}
+    if simulate:
+        from .costmodel.simulator import simulate as sim
+        data["simulated"] = sim(scen, cfg)
+
+    def human(d):
+        click.echo(f"scenario: {d['scenario']}")
+        click.echo(f"config:   {d['config']}")
+        state = "feasible" if d["feasible"] else f"INFEASIBLE ({d['reason']})"
+        click.echo(f"iteration {d['iteration_time_s']:.4f} s   tokens/s {d['tokens_per_s']:,.0f}   "
+                   f"MFU {100 * d['mfu']:.1f}%   memory {_fmt_bytes(d['memory_per_gpu_bytes'])}/GPU   {state}")
+        for k, v in d["breakdown"].items():
+            click.echo(f"  {k:<14} {v:10.4f} s  {100 * v / d['iteration_time_s']:5.1f}%")
+        click.echo(f"  cross-building bytes per step: {d['traffic']['xb_bytes_per_step']:.3e}")
+        if "simulated" in d:
+            click.echo(f"  simulated iteration: {d['simulated']['iteration_time_s']:.4f} s")
+    _emit(data, as_json, human)
+
+
+@cli.command()
+@scenario_options
+@click.option("--json", "as_json", is_flag=True)
+def space(as_json, **kw):
+    """Size of the configuration space and how much of it is legal."""
+    from .space import SearchSpace
+    scen = _scenario(kw)
+    data = SearchSpace(scen).summary()
+
+    def human(d):
+        click.echo(f"scenario: {d['scenario']}")
+        click.echo(f"raw product of knob values: {d['raw_size']:,}")
+        click.echo(f"legal configurations:       {d['legal_count']:,} ({100 * d['legal_fraction']:.3f}%)")
+    _emit(data, as_json, human)
+
+
+@cli.command()
+@click.option("--runs", default=None, help="CSV with the columns of published_runs.csv (default: shipped copy)")
+@click.option("--fit", is_flag=True, help="refit the efficiency parameters on these runs first")
+@click.option("--write", "write_path", default=None, help="with --fit: write the parameters to this YAML")
+@click.option("--json", "as_json", is_flag=True)
+def validate(runs, fit, write_path, as_json):
+    """Error of the cost model on measured runs, row by row."""
+    from .validation import fit_params, validate as run_validation, write_params
+    params = None
+    if fit:
+        params, report = fit_params(runs)
+        if write_path:
+            write_params(params, write_path, report)
+    data = run_validation(runs, params)
+
+    def human(d):
+        for r in d["rows"]:
+            click.echo(f"{r['row']:4d} {r['model_name'][:34]:<34} {r['measured_metric']:<22} "
+                       f"measured {r['measured']:>10.2f}  predicted {r['predicted']:>10.2f}  APE {r['ape']:5.1f}%")
+        for s in d["skipped"]:
+            click.echo(f"{s['row']:4d} SKIPPED {s['model_name'][:34]}: {s['reason']}")
+        click.echo(f"n={d['n']} scored, {len(d['skipped'])} skipped; median APE {d['median_ape']:.2f}%, "
+                   f"90th percentile {d['p90_ape']:.2f}%")
+    _emit(data, as_json, human)
+
+
+@cli.command()
+@click.option("--rows", type=int, default=1 << 18, help="configurations in the batch timing")
+@click.option("--json", "as_json", is_flag=True)
+def bench(rows, as_json):
+    """Cost-model speed on llama3-405b x campus-5bldg (the largest preset space)."""
+    from .bench import run_bench
+    if rows <= 0:
+        raise UserInputError("--rows", rows, "a positive integer")
+    data = run_bench(rows)
+
+    def human(d):
+        for k, v in d.items():
+            click.echo(f"{k:<22} {v}")
+    _emit(data, as_json, human)
+
+
+def main(argv=None) -> int:
+    """Entry point: user mistakes become one line on stderr and exit code 2."""
+    try:
+        cli.main(args=argv, prog_name="autotune", standalone_mode=False)
+    except UserInputError as e:
+        click.echo(f"autotune: error: {e}", err=True)
+        return EXIT_USER_ERROR
+    except click.exceptions.NoArgsIsHelpError as e:
+        click.echo(e.format_message() if hasattr(e, "format_message") else str(e), err=True)
+        return EXIT_USER_ERROR
+    except click.UsageError as e:
+        msg = " ".join(e.format_message().split())
+        click.echo(f"autotune: error: {msg}", err=True)
+        return EXIT_USER_ERROR
+    except click.Abort:
+        click.echo("autotune: aborted", err=True)
+        return 130
+    except click.exceptions.Exit as e:
+        return e.exit_code
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

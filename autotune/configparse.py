@@ -1,0 +1,72 @@
+"""Parse a configuration from the command line ("tp=8,pp=16,placement=dp_out") or a YAML file."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+from pydantic import ValidationError
+
+from .errors import UserInputError, from_pydantic
+from .specs.config import CATEGORICAL, FIELDS, INTEGER, Config
+
+
+def parse_config_text(text: str) -> dict:
+    text = (text or "").strip()
+    if not text:
+        raise UserInputError("--config", text, "key=value pairs separated by commas, e.g. tp=8,pp=16,placement=dp_out")
+    p = Path(text)
+    if text.endswith((".yaml", ".yml", ".json")):
+        try:
+            data = yaml.safe_load(p.read_bytes().decode("utf-8"))
+        except OSError as e:
+            raise UserInputError("--config", text, f"a readable YAML file ({e.strerror})") from None
+        except (UnicodeDecodeError, yaml.YAMLError):
+            raise UserInputError("--config", text, "a UTF-8 YAML mapping of configuration fields") from None
+        if isinstance(data, dict) and isinstance(data.get("best_config"), dict):
+            data = data["best_config"]
+        if not isinstance(data, dict):
+            raise UserInputError("--config", text, "a YAML mapping of configuration fields")
+        return data
+    out = {}
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        if "=" not in part:
+            raise UserInputError("--config", part, "key=value (e.g. tp=8)")
+        key, _, val = part.partition("=")
+        key, val = key.strip(), val.strip()
+        if key not in FIELDS:
+            raise UserInputError(f"config.{key}", val, "a field among " + ", ".join(FIELDS))
+        if key in INTEGER:
+            try:
+                out[key] = int(val)
+            except ValueError:
+                raise UserInputError(f"config.{key}", val, "an integer") from None
+        else:
+            if val not in CATEGORICAL[key]:
+                raise UserInputError(f"config.{key}", val, "one of " + ", ".join(CATEGORICAL[key]))
+            out[key] = val
+    return out
+
+
+def make_config(fields: dict, n_gpus: int) -> Config:
+    """Config from fields; dp defaults to the GPUs left after tp, cp and pp."""
+    fields = dict(fields)
+    unknown = [k for k in fields if k not in FIELDS]
+    if unknown:
+        raise UserInputError(f"config.{unknown[0]}", fields[unknown[0]], "a field among " + ", ".join(FIELDS))
+    if "dp" not in fields:
+        denom = 1
+        for k in ("tp", "cp", "pp"):
+            v = fields.get(k, 1)
+            if not isinstance(v, int) or v < 1:
+                raise UserInputError(f"config.{k}", v, "a positive integer")
+            denom *= v
+        if n_gpus % denom:
+            raise UserInputError("config.dp", None, f"tp*cp*pp ({denom}) must divide the {n_gpus} GPUs")
+        fields["dp"] = n_gpus // denom
+    try:
+        return Config(**fields)
+    except ValidationError as e:
+        raise from_pydantic(e, prefix="config") from None
