@@ -24,7 +24,8 @@ class TierSpec(BaseModel):
     oversubscription: float = Field(default=1.0, ge=1.0, le=1024)
     latency_s: float = Field(default=5e-6, ge=0, le=10.0, description="base one-way latency, switches and NICs")
     distance_km: float = Field(default=0.0, ge=0, le=20000)
-    n_paths: int = Field(default=64, ge=1, le=1 << 16, description="equal-cost paths ECMP can hash onto")
+    n_paths: int = Field(default=64, ge=1, le=1 << 16, description="equal-cost links ECMP can hash onto; "
+                         "each carries uplink / n_paths")
     loss_rate: float = Field(default=0.0, ge=0, lt=0.5, description="packet loss probability")
     mtu_bytes: int = Field(default=4096, ge=256, le=65536)
     load_balancing: Literal["ecmp", "qp_spray", "packet_spray"] = "ecmp"

@@ -1,0 +1,115 @@
+import numpy as np
+import pytest
+
+from autotune.costmodel import BREAKDOWN_KEYS, evaluate, evaluate_batch
+from autotune.space import SearchSpace, config_at
+from autotune.specs import Config, build_scenario
+
+
+def test_scalar_path_equals_batch_path(campus):
+    space = SearchSpace(campus)
+    b = space.sample(3000, seed=3)
+    out = evaluate_batch(campus, b)
+    for i in range(0, 3000, 7):
+        e = evaluate(campus, config_at(b, i))
+        assert e.iteration_time_s == pytest.approx(out["iteration_time_s"][i], rel=1e-12)
+        assert e.memory_per_gpu_bytes == pytest.approx(out["memory_per_gpu_bytes"][i], rel=1e-12)
+        assert e.feasible == bool(out["feasible"][i])
+
+
+def test_breakdown_sums_to_iteration_time(campus):
+    b = SearchSpace(campus).sample(5000, seed=4)
+    out = evaluate_batch(campus, b)
+    total = sum(out[k] for k in BREAKDOWN_KEYS)
+    assert np.allclose(total, out["iteration_time_s"], rtol=1e-9)
+    for k in BREAKDOWN_KEYS:
+        assert (out[k] >= -1e-12).all(), k
+
+
+def test_infeasible_reports_missing_bytes(campus):
+    cfg = Config(tp=1, pp=1, dp=10240, dp_flavour="ddp", micro_batch=1, recompute="none")
+    e = evaluate(campus, cfg)
+    assert not e.feasible
+    assert e.memory_deficit_bytes > 0
+    assert "short by" in e.reason and str(int(e.memory_deficit_bytes)) in e.reason.replace(",", "")
+
+
+def test_heterogeneous_buildings_run_at_the_slowest_gpu():
+    cfg = Config(tp=8, pp=16, dp=40, placement="dp_out", dp_flavour="zero1", pp_schedule="1f1b",
+                 micro_batch=1, recompute="selective")
+    fast = build_scenario("llama3-405b", "campus-5bldg")
+    mixed = build_scenario("llama3-405b", "campus-5bldg", overrides=["cluster.buildings.3.gpu=a100-80gb"])
+    slow = build_scenario("llama3-405b", "campus-5bldg", overrides=[f"cluster.buildings.{i}.gpu=a100-80gb" for i in range(5)])
+    t_fast, t_mixed, t_slow = (evaluate(s, cfg).iteration_time_s for s in (fast, mixed, slow))
+    assert t_fast < t_mixed <= t_slow * (1 + 1e-12)
+    b200 = build_scenario("llama3-405b", "campus-5bldg", overrides=[f"cluster.buildings.{i}.gpu=b200" for i in range(5)])
+    assert evaluate(b200, cfg).iteration_time_s < t_fast
+
+
+def test_hsdp_beats_fsdp_when_the_shard_group_spans_buildings():
+    s = build_scenario("llama3-70b", "metro-2bldg")
+    common = dict(tp=8, pp=4, dp=256, placement="dp_out", pp_schedule="1f1b", micro_batch=1, recompute="selective",
+                  collective="ring")
+    fsdp = evaluate(s, Config(dp_flavour="fsdp", **common))
+    hsdp = evaluate(s, Config(dp_flavour="hsdp", **common))
+    assert hsdp.iteration_time_s < fsdp.iteration_time_s
+    assert hsdp.traffic["xb_bytes_per_step"] < fsdp.traffic["xb_bytes_per_step"]
+
+
+def legal(scen, **fields):
+    cfg = Config(**fields)
+    SearchSpace(scen).check(cfg)
+    return cfg
+
+
+def test_go_back_n_goodput_collapses_with_distance_times_loss():
+    """eff_gbn = 1 / (1 + p W) with W = BDP / MTU; selective repeat loses ~1 packet per loss."""
+    from autotune.costmodel.network import LB_ECMP, LR_GBN, LR_SR, loss_efficiency
+    ratios = []
+    for km, loss in ((10, 1e-6), (100, 1e-5), (400, 1e-4)):
+        rtt = 2 * (10e-6 + 5e-6 * km)
+        gbn = loss_efficiency(LR_GBN, LB_ECMP, 50e9, rtt, loss, 4096)
+        sr = loss_efficiency(LR_SR, LB_ECMP, 50e9, rtt, loss, 4096)
+        ratios.append(float(sr / gbn))
+    assert 1 <= ratios[0] < ratios[1] < ratios[2] and ratios[2] > 4
+
+
+def test_go_back_n_slows_a_cross_region_ring_more_as_loss_grows():
+    base = dict(tp=8, cp=2, pp=1, dp=512, placement="dp_out", dp_flavour="ddp", micro_batch=1, recompute="full",
+                collective="ring", xb_load_balancing="ecmp", xb_queue_pairs=16, overlap_dp=0)
+    gaps = []
+    for loss in (1e-6, 1e-5, 1e-4, 1e-3):
+        s = build_scenario("llama3-8b", "region-pair", overrides=["cluster.cross_region.distance_km=100",
+                                                                  f"cluster.cross_region.loss_rate={loss}"])
+        gbn = evaluate(s, legal(s, xb_loss_recovery="gbn", **base)).iteration_time_s
+        sr = evaluate(s, legal(s, xb_loss_recovery="sr", **base)).iteration_time_s
+        gaps.append(gbn - sr)
+    # small losses hide behind in-building ECMP limits; large ones dominate the ring
+    assert 0 <= gaps[0] <= gaps[1] <= gaps[2] < gaps[3]
+
+
+def test_ecmp_collisions_and_queue_pairs_per_flow():
+    """Many flows on few links: ECMP < more QPs < QP spraying / packet spraying (near fair share).
+    Few flows on many links: every flow runs at its NIC whatever the load balancing."""
+    from autotune.costmodel.network import LB_ECMP, LB_PACKET_SPRAY, LB_QP_SPRAY, per_flow_rate_Bps
+    uplink, nic, paths = 45.5e12, 50e9, 455
+    fair = uplink / 1024
+
+    def rate(lb, q, flows):
+        return float(per_flow_rate_Bps(lb, float(q), float(flows), uplink, nic, paths))
+    ecmp = [rate(LB_ECMP, q, 1024) for q in (1, 4, 16)]
+    assert ecmp[0] < ecmp[1] < ecmp[2] < fair
+    assert rate(LB_QP_SPRAY, 16, 1024) >= ecmp[2]
+    assert rate(LB_PACKET_SPRAY, 1, 1024) == pytest.approx(0.95 * fair)
+    assert rate(LB_ECMP, 1, 8) == nic
+
+
+def test_cross_building_all_to_all_prefers_spraying():
+    s = build_scenario("llama4-maverick", "metro-2bldg")
+    base = dict(tp=4, ep=8, pp=1, dp=2048, placement="ep_out", dp_flavour="fsdp", micro_batch=1,
+                recompute="full", collective="hierarchical")
+    ep = {}
+    for lb, q, lr in (("ecmp", 1, "gbn"), ("ecmp", 16, "gbn"), ("packet_spray", 1, "sr")):
+        ep[(lb, q)] = evaluate(s, legal(s, xb_load_balancing=lb, xb_queue_pairs=q, xb_loss_recovery=lr,
+                                        **base)).breakdown["ep_comm_s"]
+    assert ep[("ecmp", 1)] > ep[("ecmp", 16)] > ep[("packet_spray", 1)]

@@ -1,0 +1,73 @@
+"""Invariants of COST_MODEL.md as property-based tests (hypothesis)."""
+from functools import lru_cache
+
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from autotune.costmodel import evaluate_batch
+from autotune.space import SearchSpace, take
+from autotune.specs import build_scenario
+from tests.helpers import idealised, with_tier
+
+CASES = [("llama3-70b", "campus-5bldg"), ("llama3-8b", "metro-2bldg"), ("mixtral-8x7b", "metro-2bldg"),
+         ("llama4-maverick", "campus-5bldg"), ("llama3-405b", "region-pair"), ("llama3-70b", "llama3-24k")]
+SETTINGS = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@lru_cache(maxsize=None)
+def space_of(model, cluster):
+    return SearchSpace(build_scenario(model, cluster))
+
+
+def _tier_name(scen):
+    if scen.cluster.inter_building_tier is None:
+        return "cross_zone" if scen.cluster.cross_zone is not None else "scale_out"
+    return "cross_region" if scen.cluster.cross_region is not None else "cross_building"
+
+
+def _never_slower(base, better, seed):
+    space = space_of(base.model.name, base.cluster.name)
+    b = space.sample(256, seed=seed)
+    t0 = evaluate_batch(base, b)["iteration_time_s"]
+    t1 = evaluate_batch(better, b)["iteration_time_s"]
+    assert (t1 <= t0 * (1 + 1e-12)).all(), float(np.max(t1 / t0))
+
+
+@SETTINGS
+@given(case=st.sampled_from(CASES), factor=st.floats(1.0, 64.0), seed=st.integers(0, 2**31))
+def test_more_bandwidth_never_slows(case, factor, seed):
+    base = build_scenario(*case)
+    tier = _tier_name(base)
+    t = getattr(base.cluster, tier)
+    _never_slower(base, with_tier(base, tier, bandwidth_Bps=t.bandwidth_Bps * factor), seed)
+    _never_slower(base, with_tier(base, tier, oversubscription=max(1.0, t.oversubscription / factor)), seed)
+
+
+@SETTINGS
+@given(case=st.sampled_from(CASES), shrink=st.floats(0.0, 1.0), seed=st.integers(0, 2**31))
+def test_less_latency_or_loss_never_slows(case, shrink, seed):
+    base = build_scenario(*case)
+    tier = _tier_name(base)
+    t = getattr(base.cluster, tier)
+    _never_slower(base, with_tier(base, tier, latency_s=t.latency_s * shrink, distance_km=t.distance_km * shrink), seed)
+    worse = with_tier(base, tier, loss_rate=1e-4)
+    _never_slower(worse, with_tier(worse, tier, loss_rate=1e-4 * shrink), seed)
+
+
+@SETTINGS
+@given(case=st.sampled_from(CASES), seed=st.integers(0, 2**31))
+def test_more_gpus_at_fixed_per_gpu_batch_never_lower_ideal_throughput(case, seed):
+    """Idealised compute-only run (free network): doubling GPUs and batch with dp never loses."""
+    base = idealised(build_scenario(*case))
+    space = space_of(*case)
+    b = space.sample(256, seed=seed)
+    big = base.model_copy(update={
+        "cluster": base.cluster.with_total_gpus(2 * base.n_gpus),
+        "workload": base.workload.model_copy(update={"global_batch_seqs": 2 * base.global_batch_seqs})})
+    b2 = dict(b)
+    b2["dp"] = b["dp"] * 2
+    ok = SearchSpace(big).legal_mask(b2)
+    small = evaluate_batch(base, take(b, ok))["tokens_per_s"]
+    large = evaluate_batch(big, take(b2, ok))["tokens_per_s"]
+    assert (large >= small * (1 - 1e-12)).all()

@@ -1,0 +1,77 @@
+import pytest
+
+from autotune.errors import UserInputError
+from autotune.specs import build_scenario, load_preset, preset_names
+
+REQUIRED = {
+    "models": ["gpt3-175b", "llama3-8b", "llama3-70b", "llama3-405b", "mixtral-8x7b", "llama4-scout",
+               "llama4-maverick", "deepseek-v3"],
+    "hardware": ["a100-80gb", "h100-sxm", "h800", "h200", "b200", "gb200-nvl72"],
+    "clusters": ["single-building", "llama3-24k", "campus-5bldg", "metro-2bldg", "region-pair"],
+}
+
+
+@pytest.mark.parametrize("kind", list(REQUIRED))
+def test_required_presets_load_and_document_a_source(kind):
+    assert set(REQUIRED[kind]) <= set(preset_names(kind))
+    for name in REQUIRED[kind]:
+        spec = load_preset(kind, name)
+        assert spec.source, f"{kind}/{name} has no source"
+
+
+def test_parameter_counts_match_published_sizes():
+    # totals in billions from the model cards; DeepSeek's MLA is approximated (~1% off)
+    expected = {"llama3-8b": 8.03, "llama3-70b": 70.6, "llama3-405b": 405.8, "mixtral-8x7b": 46.7,
+                "llama4-scout": 107.8, "llama4-maverick": 400.7, "deepseek-v3": 671.0, "gpt3-175b": 175.0}
+    for name, billions in expected.items():
+        got = load_preset("models", name).total_params / 1e9
+        assert got == pytest.approx(billions, rel=0.02), name
+    assert load_preset("models", "llama4-maverick").active_params / 1e9 == pytest.approx(17.2, rel=0.03)
+
+
+def test_dotted_overrides_create_new_specs():
+    base = build_scenario("llama3-8b", "campus-5bldg")
+    s = build_scenario("llama3-8b", "campus-5bldg", overrides=["cluster.cross_building.loss_rate=1e-5",
+                                                               "cluster.buildings.2.gpu=h200",
+                                                               "workload.precision=fp8"])
+    assert s.cluster.cross_building.loss_rate == 1e-5
+    assert s.cluster.buildings[2].gpu.name == "h200"
+    assert base.cluster.cross_building.loss_rate == 1e-6     # presets untouched
+    assert s.precision == "fp8"
+
+
+def test_scenario_file(tmp_path):
+    f = tmp_path / "s.yaml"
+    f.write_text("model: {preset: llama3-70b, n_layers: 40}\ncluster: metro-2bldg\nworkload: {global_batch_seqs: 512}\n")
+    s = build_scenario(scenario_file=f)
+    assert s.model.n_layers == 40 and s.global_batch_seqs == 512 and s.cluster.n_buildings == 2
+
+
+@pytest.mark.parametrize("kwargs, field", [
+    ({"model": "llama9", "cluster": "campus-5bldg"}, "model"),
+    ({"model": "llama3-8b", "cluster": "moon"}, "cluster"),
+    ({"model": "llama3-8b", "cluster": "campus-5bldg", "overrides": ["model.hidden=-4"]}, "model.hidden"),
+    ({"model": "llama3-8b", "cluster": "campus-5bldg", "overrides": ["model.hiden=4"]}, "model.hiden"),
+    ({"model": "llama3-8b", "cluster": "campus-5bldg", "overrides": ["cluster.cross_building.oversubscription=0.5"]},
+     "cluster.cross_building.oversubscription"),
+    ({"model": "llama3-8b", "cluster": "campus-5bldg", "gpus": 1001}, "gpus"),
+    ({"model": "llama3-8b", "cluster": "campus-5bldg", "overrides": ["nonsense"]}, "--set"),
+    ({"model": "llama3-8b", "cluster": "campus-5bldg", "precision": "fp8",
+      "overrides": ["cluster.buildings.0.gpu=a100-80gb"]}, "workload.precision"),
+])
+def test_bad_input_names_the_field(kwargs, field):
+    with pytest.raises(UserInputError) as ei:
+        build_scenario(**kwargs)
+    msg = str(ei.value)
+    assert field in msg and "\n" not in msg
+
+
+def test_bad_scenario_files(tmp_path):
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("")
+    binary = tmp_path / "bin.yaml"
+    binary.write_bytes(b"\xff\xfe\x00garbage")
+    for f in (empty, binary, tmp_path / "missing.yaml"):
+        with pytest.raises(UserInputError) as ei:
+            build_scenario(scenario_file=f)
+        assert "--scenario" in str(ei.value)
