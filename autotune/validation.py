@@ -29,7 +29,8 @@ ASSUMED_FFN_MULTIPLE = 4              # GPT-style ffn_hidden = 4 h when not stat
 ASSUMED_MICRO_BATCH = 1               # micro-batch when not stated
 ASSUMED_DP_FLAVOUR = "ddp"            # when zero_or_fsdp is empty
 ASSUMED_SCALE_OUT_LATENCY_s = 5e-6    # one-way NIC + switch latency of an InfiniBand/RoCE fabric
-# The published runs' fabrics are non-blocking fat trees (Selene, DGX SuperPOD): one path per GPU.
+# The published runs' fabrics are non-blocking InfiniBand fat trees (Selene, DGX SuperPOD): one path
+# per GPU, adaptive routing (modelled as packet spraying), lossless (credit-based flow control).
 ASSUMED_INTERLEAVED_CHUNKS = 2        # "interleaved" with no vpp stated: the smallest legal v
 PRE_FLASH_SOURCES = ("narayanan", "korthikanti")
 """Runs published before FlashAttention (Dao et al., May 2022) used Megatron's unfused attention."""
@@ -167,7 +168,8 @@ def build_case(i: int, row: dict) -> RunCase:
                           moe_experts=experts, moe_top_k=topk, moe_ffn_hidden=ffn if experts else 0)
         cluster = ClusterSpec(name="published-run", buildings=({"gpus": n, "gpu": hw},),
                               scale_out=TierSpec(bandwidth_Bps=hw.nic_bandwidth_Bps, n_paths=max(n, 1),
-                                                 latency_s=ASSUMED_SCALE_OUT_LATENCY_s))
+                                                 latency_s=ASSUMED_SCALE_OUT_LATENCY_s,
+                                                 load_balancing="packet_spray", loss_recovery="sr"))
         src = (row.get("source") or "").lower()
         flash = not any(k in src for k in PRE_FLASH_SOURCES)
         scen = Scenario(model=model, workload=WorkloadSpec(global_batch_seqs=gb, seq_len=seq, precision=precision,
