@@ -103,6 +103,40 @@ def space(as_json, **kw):
 
 
 @cli.command()
+@scenario_options
+@click.option("--json", "as_json", is_flag=True)
+def search(as_json, **kw):
+    """Exhaustive search of the whole legal space: the optimum and why."""
+    from tqdm import tqdm
+
+    from .costmodel import evaluate as evaluate_one
+    from .space import SearchSpace
+    from .strategies import exhaustive_search
+    scen = _scenario(kw)
+    space = SearchSpace(scen)
+    with tqdm(total=space.legal_count(), unit="cfg", unit_scale=True, disable=as_json or not sys.stderr.isatty(),
+              desc="exhaustive") as bar:
+        res = exhaustive_search(space, progress=bar.update)
+    data = {"scenario": scen.summary(), "legal_count": res.legal_count, "feasible_count": res.feasible_count,
+            "elapsed_s": res.elapsed_s, "best": evaluate_one(scen, res.best_config).to_dict() if res.best_config else None}
+
+    def human(d):
+        click.echo(f"scenario: {d['scenario']}")
+        click.echo(f"searched {d['legal_count']:,} legal configurations ({d['feasible_count']:,} fit in memory) "
+                   f"in {d['elapsed_s']:.2f} s")
+        b = d["best"]
+        if b is None:
+            click.echo("no configuration fits in memory")
+            return
+        click.echo(f"best: {b['config']}")
+        click.echo(f"iteration {b['iteration_time_s']:.4f} s   MFU {100 * b['mfu']:.1f}%   "
+                   f"memory {_fmt_bytes(b['memory_per_gpu_bytes'])}/GPU")
+        for k, v in b["breakdown"].items():
+            click.echo(f"  {k:<14} {v:10.4f} s  {100 * v / b['iteration_time_s']:5.1f}%")
+    _emit(data, as_json, human)
+
+
+@cli.command()
 @click.option("--runs", default=None, help="CSV with the columns of published_runs.csv (default: shipped copy)")
 @click.option("--fit", is_flag=True, help="refit the efficiency parameters on these runs first")
 @click.option("--write", "write_path", default=None, help="with --fit: write the parameters to this YAML")
