@@ -113,3 +113,11 @@ def test_cross_building_all_to_all_prefers_spraying():
         ep[(lb, q)] = evaluate(s, legal(s, xb_load_balancing=lb, xb_queue_pairs=q, xb_loss_recovery=lr,
                                         **base)).breakdown["ep_comm_s"]
     assert ep[("ecmp", 1)] > ep[("ecmp", 16)] > ep[("packet_spray", 1)]
+
+
+def test_public_api():
+    from autotune import Config as C2, Scenario, SearchSpace as S2, evaluate as ev, evaluate_batch as evb  # noqa: F401
+    s = build_scenario("llama3-8b", "single-building")
+    assert isinstance(s, Scenario)
+    b = S2(s).sample(4, seed=0)
+    assert len(evb(s, b)["iteration_time_s"]) == 4
