@@ -1,0 +1,85 @@
+"""Measurement backends: one interface served by the cost model, real runs and plugins.
+
+A backend measures one configuration of one scenario and returns a Measurement. Strategies
+never know which backend they talk to. Third-party backends register under the Python
+entry-point group ``autotune.backends`` (name -> class or factory taking keyword options).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from importlib.metadata import entry_points
+from typing import Protocol, runtime_checkable
+
+from ..errors import UserInputError
+
+ENTRY_POINT_GROUP = "autotune.backends"
+
+
+@dataclass
+class Measurement:
+    iteration_time_s: float
+    feasible: bool = True
+    reason: str = ""
+    failed: bool = False          # the measurement itself failed (crash, timeout, garbage)
+    breakdown: dict = field(default_factory=dict)
+    extra: dict = field(default_factory=dict)
+
+    @classmethod
+    def failure(cls, reason: str) -> "Measurement":
+        return cls(iteration_time_s=math.nan, feasible=False, reason=reason, failed=True)
+
+    def checked(self) -> "Measurement":
+        """A measurement whose time is NaN, infinite or not positive is a failure, with the reason."""
+        t = self.iteration_time_s
+        if not self.failed and (not isinstance(t, (int, float)) or not math.isfinite(t) or t <= 0):
+            return Measurement.failure(f"backend returned an invalid iteration time: {t!r}")
+        return self
+
+
+@runtime_checkable
+class Backend(Protocol):
+    name: str
+
+    def measure(self, scenario, config) -> Measurement: ...
+
+
+class CostModelBackend:
+    """The analytical cost model as a backend."""
+
+    name = "costmodel"
+
+    def __init__(self, params=None):
+        self.params = params
+
+    def measure(self, scenario, config) -> Measurement:
+        from ..costmodel import evaluate
+        e = evaluate(scenario, config, self.params)
+        return Measurement(iteration_time_s=e.iteration_time_s, feasible=e.feasible, reason=e.reason,
+                           breakdown=e.breakdown,
+                           extra={"memory_deficit_bytes": e.memory_deficit_bytes, "mfu": e.mfu,
+                                  "xb_bytes_per_step": e.traffic["xb_bytes_per_step"],
+                                  "memory_per_gpu_bytes": e.memory_per_gpu_bytes})
+
+
+BUILTIN = {"costmodel": CostModelBackend}
+
+
+def available_backends() -> dict:
+    found = dict(BUILTIN)
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        found.setdefault(ep.name, ep)
+    return found
+
+
+def get_backend(name: str, **options) -> Backend:
+    found = available_backends()
+    if name not in found:
+        raise UserInputError("--backend", name, "one of " + ", ".join(sorted(found)))
+    target = found[name]
+    if not isinstance(target, type) and hasattr(target, "load"):
+        target = target.load()
+    backend = target(**options)
+    if not hasattr(backend, "measure"):
+        raise UserInputError("--backend", name, "a backend with a measure(scenario, config) method")
+    return backend
