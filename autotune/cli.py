@@ -136,6 +136,115 @@ def search(as_json, **kw):
     _emit(data, as_json, human)
 
 
+def _study_options(f):
+    opts = [
+        click.option("--trials", type=int, default=100, help="finished trials the study must reach"),
+        click.option("--storage", default=None, help="SQLAlchemy URL (default sqlite:///autotune.db)"),
+        click.option("--study-name", "study_name", default=None),
+        click.option("--tracking-uri", "tracking_uri", default=None, help="MLflow URI (default sqlite:///mlflow.db)"),
+        click.option("--backend", default="costmodel", help="measurement backend (entry points: autotune.backends)"),
+        click.option("--trial-timeout", "trial_timeout", type=float, default=None, help="seconds per trial"),
+        click.option("--no-tracking", is_flag=True, help="do not log to MLflow"),
+        click.option("--infeasible", type=click.Choice(["fail", "constraint"]), default="fail",
+                     help="out-of-memory trials: failed with reason, or an Optuna constraint"),
+        click.option("--json", "as_json", is_flag=True),
+    ]
+    for o in reversed(opts):
+        f = o(f)
+    return f
+
+
+def _print_study(d):
+    click.echo(f"study {d['study_name']} ({d['strategy']}) in {d['storage']}: {d['n_trials']} trials "
+               f"({d['n_failed']} failed, {d['n_infeasible']} out of memory) in {d['elapsed_s']:.1f} s")
+    if d["best_config"] is None:
+        click.echo("no feasible configuration found")
+        return
+    click.echo(f"best: {d['best_config']}")
+    click.echo(f"iteration {d['best_iteration_time_s']:.4f} s")
+    for name in ("production", "sota"):
+        t, sp = d[f"{name}_iteration_time_s"], d[f"speedup_vs_{name}"]
+        if t is not None:
+            click.echo(f"  vs {name:<10} {t:.4f} s  speedup {100 * sp:+.1f}%")
+    if d.get("mlflow_run_id"):
+        click.echo(f"MLflow run {d['mlflow_run_id']}")
+    for e in d.get("tracking_errors") or []:
+        click.echo(f"tracking error: {e}", err=True)
+
+
+@cli.command()
+@scenario_options
+@click.option("--strategy", default="tpe", help="tpe, cmaes, gp, nsga2, random, exhaustive, ppo, production, sota")
+@click.option("--seed", type=int, default=0)
+@_study_options
+def study(strategy, seed, trials, storage, study_name, tracking_uri, backend, trial_timeout, no_tracking, infeasible,
+          as_json, **kw):
+    """Run or resume a tuning study; every trial goes to the storage and to MLflow."""
+    from .study import StudyRunner
+    scen = _scenario(kw)
+    runner = StudyRunner(scen, strategy=strategy, trials=trials, storage=storage, study_name=study_name,
+                         tracking_uri=tracking_uri, seed=seed, backend=backend, trial_timeout_s=trial_timeout,
+                         track=not no_tracking, progress=not as_json and sys.stderr.isatty(), infeasible=infeasible)
+    _emit(runner.run(), as_json, _print_study)
+
+
+@cli.command()
+@click.option("--study-name", "study_name", required=True)
+@click.option("--storage", default=None, help="the shared study's SQLAlchemy URL")
+@click.option("--trials", type=int, default=100, help="finished trials the shared study must reach")
+@click.option("--seed", type=int, default=None, help="default: derived from the process id")
+@click.option("--tracking-uri", "tracking_uri", default=None)
+@click.option("--backend", default=None)
+@click.option("--trial-timeout", "trial_timeout", type=float, default=None)
+@click.option("--no-tracking", is_flag=True)
+@click.option("--json", "as_json", is_flag=True)
+def worker(study_name, storage, trials, seed, tracking_uri, backend, trial_timeout, no_tracking, as_json):
+    """Join an existing study (same storage) and run trials until it has --trials."""
+    import os
+
+    from .study import DEFAULT_STORAGE, StudyRunner, load_study_scenario
+    storage = storage or DEFAULT_STORAGE
+    scen, attrs = load_study_scenario(storage, study_name)
+    runner = StudyRunner(scen, strategy=attrs["strategy"], trials=trials, storage=storage, study_name=study_name,
+                         tracking_uri=tracking_uri, seed=seed if seed is not None else os.getpid(),
+                         backend=backend or attrs.get("backend", "costmodel"), trial_timeout_s=trial_timeout,
+                         track=not no_tracking)
+    _emit(runner.run(), as_json, _print_study)
+
+
+@cli.command()
+@scenario_options
+@click.option("--strategies", default="tpe,random", help="comma-separated strategy names")
+@click.option("--budget", type=int, default=300, help="trials per strategy and seed")
+@click.option("--seeds", type=int, default=5)
+@click.option("--out", "out_dir", default="compare-out", help="folder for the table and the PNG")
+@click.option("--tracking-uri", "tracking_uri", default=None)
+@click.option("--no-tracking", is_flag=True)
+@click.option("--json", "as_json", is_flag=True)
+def compare(strategies, budget, seeds, out_dir, tracking_uri, no_tracking, as_json, **kw):
+    """Strategies x seeds at a fixed budget, judged against the exhaustive optimum."""
+    from .compare import run_compare
+    if budget <= 0:
+        raise UserInputError("--budget", budget, "a positive integer")
+    if seeds <= 0:
+        raise UserInputError("--seeds", seeds, "a positive integer")
+    scen = _scenario(kw)
+    data = run_compare(scen, [s.strip() for s in strategies.split(",") if s.strip()], budget, seeds, out_dir,
+                       tracking_uri=None if no_tracking else tracking_uri, track=not no_tracking,
+                       progress=not as_json and sys.stderr.isatty())
+
+    def human(d):
+        click.echo(f"{d['scenario']['model']} x {d['scenario']['cluster']}: exhaustive optimum "
+                   f"{d['optimum_s']:.4f} s over {d['legal_count']:,} legal configurations")
+        click.echo(f"{'strategy':<12} {'median gap %':>12} {'trials to 1%':>13} {'trials to 5%':>13}")
+        for name, r in d["strategies"].items():
+            t1 = "-" if r["median_trials_to_1pct"] is None else f"{r['median_trials_to_1pct']:.0f}"
+            t5 = "-" if r["median_trials_to_5pct"] is None else f"{r['median_trials_to_5pct']:.0f}"
+            click.echo(f"{name:<12} {r['median_gap_pct']:>12.2f} {t1:>13} {t5:>13}")
+        click.echo(f"plot: {d['plot']}  table: {d['table']}")
+    _emit(data, as_json, human)
+
+
 @cli.command()
 @click.option("--runs", default=None, help="CSV with the columns of published_runs.csv (default: shipped copy)")
 @click.option("--fit", is_flag=True, help="refit the efficiency parameters on these runs first")

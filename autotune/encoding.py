@@ -58,50 +58,70 @@ class FlatEncoding:
         self.sizes = [len(self.values[k]) for k in self.names]
 
     # -------------------------------------------------------------- encode / decode
+    # Sequential, "index into what is left" (SEARCH.md): each knob's index selects, by scaling,
+    # among the values still legal given the knobs decoded before it. Every index vector decodes
+    # to a legal configuration and neighbouring indices stay neighbours.
+    @staticmethod
+    def _pick(idx: int, size: int, legal: list):
+        i = int(np.clip(idx, 0, size - 1))
+        return legal[min(len(legal) - 1, i * len(legal) // size)]
+
+    @staticmethod
+    def _index_of(value, size: int, legal: list) -> int:
+        pos = legal.index(value)
+        return min(size - 1, -(-pos * size // len(legal)))      # ceil: _pick floors back to pos
+
+    def decode(self, idx: dict) -> Config:
+        deg = self._block_deg
+        keep = np.ones(len(deg), dtype=bool)
+        chosen = {}
+        for j, k in enumerate(("tp", "cp", "ep")):
+            legal = sorted(set(deg[keep, j].tolist()))
+            chosen[k] = self._pick(idx[k], len(self.values[k]), legal)
+            keep &= deg[:, j] == chosen[k]
+        pps = sorted(set(deg[keep, 3].tolist()))
+        chosen["pp"] = self._pick(idx["pp_rank"], self.pp_ranks, pps)
+        b = int(np.flatnonzero(keep & (deg[:, 3] == chosen["pp"]))[0])
+        block = take(self.space.legal_core, slice(self._block_start[b], self._block_end[b]))
+        rows = np.ones(len(block["tp"]), dtype=bool)
+        for k in CORE:
+            legal = sorted(set(block[k][rows].tolist()))
+            v = self._pick(idx[k], len(self.values[k]), legal)
+            rows &= block[k] == v
+        row = take(block, np.flatnonzero(rows)[:1])
+        t = self._transport
+        trows = np.ones(len(t["collective"]), dtype=bool)
+        for k in TRANSPORT:
+            legal = sorted(set(t[k][trows].tolist()))
+            v = self._pick(idx[k], len(self.values[k]), legal)
+            trows &= t[k] == v
+            row[k] = np.array([v], dtype=t[k].dtype)
+        return config_at(row, 0)
+
     def encode(self, config: Config) -> dict:
         row = {f: getattr(config, f) for f in ("tp", "cp", "ep", "pp", "pp_chunks", "micro_batch", "xb_queue_pairs")}
         for f, vals in CATEGORICAL.items():
             row[f] = vals.index(getattr(config, f))
         out = {}
-        for k in self.names:
-            if k == "pp_rank":
-                pps = sorted(set(self._pp_lists.get((config.tp, config.cp, config.ep), [config.pp])))
-                i = pps.index(config.pp) if config.pp in pps else 0
-                out[k] = min(self.pp_ranks - 1, -(-i * self.pp_ranks // len(pps)))   # ceil: decode is floor
-            else:
-                vals = self.values[k]
-                out[k] = vals.index(row[k]) if row[k] in vals else 0
-        return out
-
-    def _nearest_block(self, tp, cp, ep, pp_rank) -> int:
-        """Nearest legal degree tuple: log2 distance on tp, cp, ep; pp by rank among legal depths."""
-        d = self._block_deg.astype(np.float64)
-        dist = (np.abs(np.log2(d[:, 0]) - np.log2(tp)) + np.abs(np.log2(d[:, 1]) - np.log2(cp))
-                + np.abs(np.log2(d[:, 2]) - np.log2(ep)))
-        exact = np.flatnonzero(dist == dist.min())
-        cands = self._block_deg[exact]
-        key = tuple(cands[0, :3].tolist())
-        pps = sorted(set(self._pp_lists[key]))
-        want = pps[min(len(pps) - 1, pp_rank * len(pps) // self.pp_ranks)]
-        same = [i for i in exact if tuple(self._block_deg[i, :3].tolist()) == key]
-        return min(same, key=lambda i: abs(np.log2(self._block_deg[i, 3]) - np.log2(want)))
-
-    def decode(self, idx: dict) -> Config:
-        v = {k: self.values[k][int(np.clip(idx[k], 0, len(self.values[k]) - 1))] for k in self.names}
-        b = self._nearest_block(v["tp"], v["cp"], v["ep"], v["pp_rank"])
-        lo, hi = self._block_start[b], self._block_end[b]
-        block = take(self.space.legal_core, slice(lo, hi))
-        cost = np.zeros(hi - lo)
-        for k in ("placement", "dp_flavour", "pp_schedule", "recompute"):
-            cost += 2.0 * (block[k] != v[k])
-        cost += np.abs(np.log2(block["pp_chunks"]) - np.log2(v["pp_chunks"]))
-        cost += np.abs(np.log2(block["micro_batch"]) - np.log2(v["micro_batch"]))
-        row = take(block, [int(np.argmin(cost))])
+        deg = self._block_deg
+        keep = np.ones(len(deg), dtype=bool)
+        for j, k in enumerate(("tp", "cp", "ep")):
+            legal = sorted(set(deg[keep, j].tolist()))
+            out[k] = self._index_of(row[k], len(self.values[k]), legal)
+            keep &= deg[:, j] == row[k]
+        pps = sorted(set(deg[keep, 3].tolist()))
+        out["pp_rank"] = self._index_of(row["pp"], self.pp_ranks, pps)
+        b = int(np.flatnonzero(keep & (deg[:, 3] == row["pp"]))[0])
+        block = take(self.space.legal_core, slice(self._block_start[b], self._block_end[b]))
+        rows = np.ones(len(block["tp"]), dtype=bool)
+        for k in CORE:
+            legal = sorted(set(block[k][rows].tolist()))
+            out[k] = self._index_of(row[k], len(self.values[k]), legal)
+            rows &= block[k] == row[k]
         t = self._transport
-        match = np.ones(len(t["collective"]), dtype=bool)
+        trows = np.ones(len(t["collective"]), dtype=bool)
         for k in TRANSPORT:
-            match &= t[k] == v[k]
-        ti = int(np.flatnonzero(match)[0]) if match.any() else 0
-        for k in TRANSPORT:
-            row[k] = t[k][[ti]]
-        return config_at(row, 0)
+            legal = sorted(set(t[k][trows].tolist()))
+            out[k] = self._index_of(row[k], len(self.values[k]), legal)
+            trows &= t[k] == row[k]
+        return out

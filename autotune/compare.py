@@ -1,0 +1,136 @@
+"""Strategy comparison the way the architecture-search literature learned to do it: equal
+budgets, several seeds, best-so-far curves, every strategy judged against the exhaustive optimum
+of the same space (SEARCH.md)."""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+
+from .report import best_so_far
+from .space import SearchSpace
+from .specs import Scenario
+from .strategies.exhaustive import exhaustive_search
+
+
+def exhaustive_optimum(scenario: Scenario, cache_dir: Path | None = None) -> dict:
+    f = cache_dir / f"optimum-{scenario.key}.json" if cache_dir else None
+    if f is not None and f.exists():
+        return json.loads(f.read_text())
+    res = exhaustive_search(SearchSpace(scenario))
+    out = {"optimum_s": res.best_iteration_time_s, "legal_count": res.legal_count,
+           "best_config": res.best_config.model_dump(), "elapsed_s": res.elapsed_s}
+    if f is not None:
+        f.write_text(json.dumps(out))
+    return out
+
+
+def _trials_to(curve, target):
+    for i, v in enumerate(curve):
+        if v <= target:
+            return i + 1
+    return math.inf
+
+
+def _median_or_none(xs):
+    m = float(np.median(xs))
+    return None if math.isinf(m) else m
+
+
+def run_strategy_curves(scenario: Scenario, strategy: str, budget: int, seeds: int, optimum: float,
+                        progress=None, strategy_options=None, infeasible: str = "fail") -> dict:
+    from .study import StudyRunner
+    curves, gaps, t1, t5, elapsed = [], [], [], [], []
+    for seed in range(seeds):
+        runner = StudyRunner(scenario, strategy=strategy, trials=budget, storage="memory",
+                             study_name=f"compare-{strategy}-{seed}", seed=seed, track=False,
+                             seed_baselines=False, strategy_options=strategy_options, infeasible=infeasible)
+        r = runner.run()
+        vals = runner.last_values
+        curve = best_so_far(vals)
+        curve += [curve[-1] if curve else math.inf] * (budget - len(curve))
+        curves.append(curve)
+        best = curve[budget - 1] if curve else math.inf
+        gaps.append(100.0 * (best / optimum - 1.0))
+        t1.append(_trials_to(curve, optimum * 1.01))
+        t5.append(_trials_to(curve, optimum * 1.05))
+        elapsed.append(r["elapsed_s"])
+        if progress:
+            progress(1)
+    return {"median_gap_pct": float(np.median(gaps)), "gaps_pct": gaps,
+            "median_trials_to_1pct": _median_or_none(t1), "median_trials_to_5pct": _median_or_none(t5),
+            "median_elapsed_s": float(np.median(elapsed)), "curves": curves}
+
+
+def plot_curves(results: dict, optimum: float, path: Path, title: str):
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    for name, r in results.items():
+        c = np.array(r["curves"], dtype=float)
+        gap = 100.0 * (c / optimum - 1.0)
+        gap[~np.isfinite(gap)] = np.nan
+        x = np.arange(1, gap.shape[1] + 1)
+        med = np.nanmedian(gap, axis=0)
+        ax.plot(x, np.maximum(med, 1e-3), label=name)
+        if gap.shape[0] > 1:
+            lo, hi = np.nanpercentile(gap, 25, axis=0), np.nanpercentile(gap, 75, axis=0)
+            ax.fill_between(x, np.maximum(lo, 1e-3), np.maximum(hi, 1e-3), alpha=0.2)
+    ax.set_yscale("log")
+    ax.axhline(5, ls="--", lw=0.8, color="grey")
+    ax.axhline(1, ls=":", lw=0.8, color="grey")
+    ax.set_xlabel("trials")
+    ax.set_ylabel("gap to exhaustive optimum (%), median and IQR")
+    ax.set_title(title)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def run_compare(scenario: Scenario, strategies, budget: int, seeds: int, out_dir: str | Path,
+                tracking_uri: str | None = None, track: bool = True, progress: bool = False,
+                strategy_options: dict | None = None) -> dict:
+    from .strategies.registry import make_strategy
+    for s in strategies:
+        make_strategy(s) if s != "ppo" else None     # unknown names fail before any work
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    opt = exhaustive_optimum(scenario, out)
+    bar = None
+    if progress:
+        from tqdm import tqdm
+        bar = tqdm(total=len(strategies) * seeds, desc="compare", unit="run")
+    results = {s: run_strategy_curves(scenario, s, budget, seeds, opt["optimum_s"],
+                                      bar.update if bar else None, (strategy_options or {}).get(s))
+               for s in strategies}
+    if bar:
+        bar.close()
+    stem = f"compare-{scenario.model.name}-{scenario.cluster.name}"
+    plot = out / f"{stem}.png"
+    plot_curves(results, opt["optimum_s"], plot, f"{scenario.model.name} x {scenario.cluster.name}, {seeds} seeds")
+    table = out / f"{stem}.md"
+    lines = [f"| strategy | median gap at {budget} trials (%) | median trials to 1% | median trials to 5% |",
+             "|---|---|---|---|"]
+    for name, r in results.items():
+        f = (lambda x: "-" if x is None else f"{x:.0f}")
+        lines.append(f"| {name} | {r['median_gap_pct']:.2f} | {f(r['median_trials_to_1pct'])} | {f(r['median_trials_to_5pct'])} |")
+    table.write_text("\n".join(lines) + "\n")
+    data = {"scenario": scenario.summary(), "optimum_s": opt["optimum_s"], "legal_count": opt["legal_count"],
+            "budget": budget, "seeds": seeds, "plot": str(plot), "table": str(table),
+            "strategies": {k: {kk: vv for kk, vv in v.items() if kk != "curves"} for k, v in results.items()}}
+    (out / f"{stem}.json").write_text(json.dumps(data, indent=2))
+    if track:
+        from .tracking import Tracker
+        from .study import DEFAULT_TRACKING_URI
+        tr = Tracker(tracking_uri or DEFAULT_TRACKING_URI, f"{stem}-b{budget}-s{seeds}", "memory",
+                     tags={"autotune.kind": "compare"})
+        metrics = {f"{k}.median_gap_pct": v["median_gap_pct"] for k, v in results.items()}
+        tr.log_study(params={"strategies": ",".join(strategies), "budget": budget, "seeds": seeds},
+                     metrics=metrics | {"optimum_s": opt["optimum_s"]})
+        tr.log_artifact(str(plot))
+        tr.log_artifact(str(table))
+        tr.flush()
+        data["mlflow_run_id"] = tr.parent_id
+    return data

@@ -1,0 +1,35 @@
+"""Optuna samplers as strategies: the study's sampler proposes; we only choose and configure it."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import optuna
+
+from .base import Strategy
+
+CONSTRAINT_KEY = "memory_deficit"
+"""Trial constraint (Optuna 5 ``Trial.set_constraint``): memory deficit over HBM capacity; > 0 is
+infeasible, and its size tells the sampler how far off it is (SEARCH.md: infeasible is information)."""
+
+SUPPORTS_CONSTRAINTS = {"tpe", "gp", "nsga2"}
+
+
+def make_sampler(name: str, seed: int, n_objectives: int = 1):
+    if name == "tpe":
+        # multivariate over a flat, always-sampled space (SEARCH.md); startup trials sized to it
+        return optuna.samplers.TPESampler(seed=seed, multivariate=True, n_startup_trials=20, n_ei_candidates=48)
+    if name == "cmaes":
+        return optuna.samplers.CmaEsSampler(seed=seed, with_margin=True, n_startup_trials=10)
+    if name == "gp":
+        return optuna.samplers.GPSampler(seed=seed, n_startup_trials=10, deterministic_objective=True)
+    if name == "nsga2":
+        return optuna.samplers.NSGAIISampler(seed=seed, population_size=40)
+    return optuna.samplers.RandomSampler(seed=seed)
+
+
+@dataclass
+class OptunaStrategy(Strategy):
+    name: str = "tpe"
+
+    def __post_init__(self):
+        self.sampler_name = self.name

@@ -1,0 +1,331 @@
+"""Tuning studies: durable (Optuna storage is the source of truth), resumable by name, shared by
+many workers, every trial tracked in MLflow.
+
+One trial: the strategy proposes an encoded configuration (or lets the Optuna sampler choose),
+the encoding decodes it to a legal configuration, the backend measures it, the study records it.
+Out-of-memory configurations are feasibility constraints (samplers that take constraints) or
+failed trials with their reason (the others); a failed measurement is a failed trial with its
+reason. No fake large value ever enters the study.
+"""
+from __future__ import annotations
+
+import concurrent.futures as cf
+import json
+import math
+import os
+import tempfile
+import time
+from pathlib import Path
+
+import optuna
+import yaml
+
+from .backends import Measurement, get_backend
+from .encoding import FlatEncoding
+from .errors import UserInputError
+from .space import SearchSpace
+from .specs import Config, Scenario
+from .strategies.base import Observation
+from .strategies.optuna_samplers import CONSTRAINT_KEY, SUPPORTS_CONSTRAINTS, make_sampler
+from .strategies.registry import make_strategy
+from .tracking import Tracker, mask_uri
+
+DEFAULT_STORAGE = "sqlite:///autotune.db"
+INFEASIBLE_MODES = ("fail", "constraint")
+"""How an out-of-memory configuration enters the study: a failed trial with its reason (default;
+measured better for multivariate TPE on this space, see README), or an Optuna constraint whose
+value is the memory deficit over HBM (samplers that take constraints: tpe, gp, nsga2)."""
+DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+def _storage(url: str):
+    if url == "memory":
+        return optuna.storages.InMemoryStorage()
+    try:
+        if url.startswith("sqlite:///"):
+            path = Path(url[len("sqlite:///"):])
+            if path.parent and not path.parent.exists():
+                raise UserInputError("--storage", mask_uri(url), "a SQLite path in an existing directory")
+        return optuna.storages.RDBStorage(url, engine_kwargs={"pool_pre_ping": True},
+                                          heartbeat_interval=None)
+    except UserInputError:
+        raise
+    except Exception as e:  # noqa: BLE001 - unreachable or malformed database URL
+        raise UserInputError("--storage", mask_uri(url), f"a reachable SQLAlchemy database URL ({type(e).__name__})") from None
+
+
+def _measure(backend, scenario, config, timeout_s: float | None) -> Measurement:
+    """Measure with a deadline; exceptions and garbage become failures with their reason."""
+    def call():
+        return backend.measure(scenario, config)
+    try:
+        if timeout_s:
+            with cf.ThreadPoolExecutor(max_workers=1) as ex:
+                m = ex.submit(call).result(timeout=timeout_s)
+        else:
+            m = call()
+    except cf.TimeoutError:
+        return Measurement.failure(f"timed out after {timeout_s:g} s")
+    except Exception as e:  # noqa: BLE001 - a backend's crash is a failed trial, not a crashed study
+        return Measurement.failure(f"backend raised {type(e).__name__}: {str(e)[:300]}")
+    if not isinstance(m, Measurement):
+        return Measurement.failure(f"backend returned {type(m).__name__}, not a Measurement")
+    return m.checked()
+
+
+class StudyRunner:
+    def __init__(self, scenario: Scenario, strategy: str = "tpe", trials: int = 100, storage: str | None = None,
+                 study_name: str | None = None, tracking_uri: str | None = None, seed: int = 0,
+                 backend: str = "costmodel", trial_timeout_s: float | None = None, track: bool = True,
+                 seed_baselines: bool = True, strategy_options: dict | None = None, progress: bool = False,
+                 infeasible: str = "fail"):
+        if trials is None or trials <= 0:
+            raise UserInputError("--trials", trials, "a positive integer")
+        self.scenario, self.trials, self.seed = scenario, int(trials), int(seed)
+        self.storage_url = storage or DEFAULT_STORAGE
+        self.tracking_uri = tracking_uri or DEFAULT_TRACKING_URI
+        self.strategy = make_strategy(strategy, **(strategy_options or {}))
+        self.backend = get_backend(backend)
+        self.backend_name = backend
+        self.trial_timeout_s = trial_timeout_s
+        self.track = track
+        self.seed_baselines = seed_baselines
+        self.progress = progress
+        self.study_name = study_name or f"{scenario.model.name}-{scenario.cluster.name}-{strategy}-seed{seed}"
+        self.space = SearchSpace(scenario)
+        self.encoding = FlatEncoding(self.space)
+        self.distributions = {k: optuna.distributions.IntDistribution(0, n - 1)
+                              for k, n in zip(self.encoding.names, self.encoding.sizes)}
+        self.hbm_bytes = min(b.gpu.hbm_bytes for b in scenario.cluster.buildings)
+        if infeasible not in INFEASIBLE_MODES:
+            raise UserInputError("--infeasible", infeasible, " or ".join(INFEASIBLE_MODES))
+        self.infeasible = infeasible
+
+    # ------------------------------------------------------------------ setup
+    def _open_study(self) -> optuna.Study:
+        storage = _storage(self.storage_url)
+        sampler = make_sampler(self.strategy.sampler_name, self.seed)
+        try:
+            study = optuna.create_study(study_name=self.study_name, storage=storage, sampler=sampler,
+                                        direction="minimize", load_if_exists=True)
+        except Exception as e:  # noqa: BLE001
+            raise UserInputError("--storage", mask_uri(self.storage_url), f"a reachable database ({type(e).__name__})") from None
+        attrs = study.user_attrs
+        key = self.scenario.key
+        if "scenario_key" in attrs and attrs["scenario_key"] != key:
+            raise UserInputError("--study-name", self.study_name,
+                                 "a new name: a study of that name exists with a different scenario")
+        if "strategy" in attrs and attrs["strategy"] != self.strategy.name:
+            raise UserInputError("--study-name", self.study_name,
+                                 f"a new name: that study was run with strategy {attrs['strategy']!r}")
+        if "scenario_key" not in attrs:
+            study.set_user_attr("scenario_key", key)
+            study.set_user_attr("scenario_json", self.scenario.model_dump_json())
+            study.set_user_attr("strategy", self.strategy.name)
+            study.set_user_attr("seed", self.seed)
+            study.set_user_attr("backend", self.backend_name)
+        return study
+
+    def _baselines(self, study) -> dict:
+        """Production and sota configurations and their times, computed once per study."""
+        from .baselines import production_config, sota_config
+        attrs = study.user_attrs
+        if "baselines" in attrs:
+            return attrs["baselines"]
+        out = {}
+        for name, make in (("production", production_config), ("sota", sota_config)):
+            cfg = make(self.scenario, self.space)
+            if cfg is None:
+                out[name] = {"config": None, "iteration_time_s": math.nan}
+                continue
+            m = _measure(self.backend, self.scenario, cfg, self.trial_timeout_s)
+            out[name] = {"config": cfg.model_dump(), "iteration_time_s": m.iteration_time_s if m.feasible else math.nan,
+                         "breakdown": m.breakdown}
+        study.set_user_attr("baselines", out)
+        return out
+
+    # ------------------------------------------------------------------ run
+    def run(self) -> dict:
+        t0 = time.perf_counter()
+        study = self._open_study()
+        base = self._baselines(study)
+        self.strategy.bind(self.space, self.encoding, self.seed + len(study.trials))
+        tracker = None
+        if self.track:
+            tracker = Tracker(self.tracking_uri, self.study_name, self.storage_url,
+                              tags={"autotune.strategy": self.strategy.name, "autotune.scenario_key": self.scenario.key})
+            tracker.log_study(params={"model": self.scenario.model.name, "cluster": self.scenario.cluster.name,
+                                      "gpus": self.scenario.n_gpus, "strategy": self.strategy.name,
+                                      "seed": self.seed, "backend": self.backend_name,
+                                      "global_batch_seqs": self.scenario.global_batch_seqs})
+            for t in study.trials:   # trials finished before a crash but never logged
+                if t.state.is_finished():
+                    self._track(tracker, t, base)
+        if not study.trials and self.strategy.max_trials is None:   # search strategies start from the baselines
+            for name in ("production", "sota") if self.seed_baselines else ("production",):
+                if base[name]["config"]:
+                    study.enqueue_trial(self.encoding.encode(Config(**base[name]["config"])),
+                                        user_attrs={"source": name})
+        bar = None
+        if self.progress:
+            from tqdm import tqdm
+            bar = tqdm(total=self.trials, desc=self.study_name, unit="trial")
+        status = "FINISHED"
+        try:
+            while True:
+                finished = sum(t.state.is_finished() for t in study.get_trials(deepcopy=False))
+                if bar is not None:
+                    bar.n = min(finished, self.trials)
+                    bar.refresh()
+                if finished >= self.trials:
+                    break
+                if self.strategy.max_trials is not None and len(self.strategy.history) >= self.strategy.max_trials \
+                        and finished > 0:
+                    break
+                params = self.strategy.propose()
+                if params is not None:
+                    study.enqueue_trial(params, user_attrs={"source": self.strategy.name})
+                elif self.strategy.sampler_name == "random" and self.strategy.name not in ("random",):
+                    if not any(t.state == optuna.trial.TrialState.WAITING for t in study.trials):
+                        break   # a fixed strategy with nothing left to propose
+                trial = study.ask(self.distributions)
+                self._run_trial(study, trial, base, tracker)
+        except KeyboardInterrupt:
+            status = "KILLED"
+            raise
+        finally:
+            if bar is not None:
+                bar.close()
+            if tracker is not None:
+                self._finish_tracking(study, base, tracker, status)
+        self.last_values = [t.value if t.state == optuna.trial.TrialState.COMPLETE and t.user_attrs.get("feasible")
+                            else None for t in study.trials]
+        return self._summary(study, base, tracker, time.perf_counter() - t0)
+
+    def _run_trial(self, study, trial, base, tracker):
+        cfg = self.encoding.decode(trial.params)
+        trial.set_user_attr("config", cfg.model_dump())
+        m = _measure(self.backend, self.scenario, cfg, self.trial_timeout_s)
+        trial.set_user_attr("breakdown", m.breakdown)
+        trial.set_user_attr("feasible", bool(m.feasible))
+        if m.reason:
+            trial.set_user_attr("reason", m.reason)
+        deficit = float(m.extra.get("memory_deficit_bytes", 0.0) or 0.0)
+        if m.failed:
+            frozen = study.tell(trial, state=optuna.trial.TrialState.FAIL)
+        elif not m.feasible and (self.infeasible == "fail" or self.strategy.sampler_name not in SUPPORTS_CONSTRAINTS):
+            # out of memory: a failed trial with its reason (never a made-up value)
+            frozen = study.tell(trial, state=optuna.trial.TrialState.FAIL)
+        else:
+            trial.set_constraint(CONSTRAINT_KEY, deficit / self.hbm_bytes if not m.feasible else 0.0)
+            frozen = study.tell(trial, m.iteration_time_s)
+        self.strategy.observe(Observation(trial.params, cfg, m.iteration_time_s, bool(m.feasible and not m.failed)))
+        if tracker is not None:
+            self._track(tracker, study.trials[frozen.number] if not hasattr(frozen, "user_attrs") else frozen, base)
+
+    def _track(self, tracker, t, base):
+        cfg = t.user_attrs.get("config") or {}
+        value = t.value if t.state == optuna.trial.TrialState.COMPLETE else None
+        feasible = bool(t.user_attrs.get("feasible", False)) and value is not None
+        metrics = {"feasible": float(feasible)}
+        if value is not None:
+            metrics["iteration_time_s"] = value
+            for name in ("production", "sota"):
+                b = base[name]["iteration_time_s"]
+                if b and math.isfinite(b) and feasible:
+                    metrics[f"speedup_vs_{name}"] = b / value - 1.0
+        for k, v in (t.user_attrs.get("breakdown") or {}).items():
+            metrics[k] = v
+        tags = {"autotune.state": t.state.name}
+        if t.user_attrs.get("reason"):
+            tags["autotune.reason"] = t.user_attrs["reason"][:500]
+        tracker.log_trial(t.number, cfg, metrics, tags)
+
+    def _best(self, study):
+        ok = [t for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+              if t.user_attrs.get("feasible") and t.value is not None]
+        return min(ok, key=lambda t: t.value) if ok else None
+
+    def _finish_tracking(self, study, base, tracker, status):
+        best = self._best(study)
+        metrics = {}
+        with tempfile.TemporaryDirectory() as tmp:
+            if best is not None:
+                p = Path(tmp) / "best_config.yaml"
+                p.write_text(yaml.safe_dump({"best_config": best.user_attrs["config"],
+                                             "iteration_time_s": best.value,
+                                             "baselines": {k: v["config"] for k, v in base.items()}}, sort_keys=False))
+                tracker.log_artifact(str(p))
+                metrics["best_iteration_time_s"] = best.value
+            try:
+                from .report import breakdown_plot, convergence_plot
+                values = [t.value if t.state == optuna.trial.TrialState.COMPLETE and t.user_attrs.get("feasible")
+                          else None for t in study.trials]
+                p1 = Path(tmp) / "convergence.png"
+                convergence_plot(values, p1, self.study_name,
+                                 {k: v["iteration_time_s"] for k, v in base.items()})
+                tracker.log_artifact(str(p1))
+                if best is not None:
+                    bd = {"best": best.user_attrs.get("breakdown", {})}
+                    bd.update({k: v.get("breakdown", {}) for k, v in base.items() if v.get("breakdown")})
+                    p2 = Path(tmp) / "breakdown.png"
+                    breakdown_plot(bd, p2, self.study_name)
+                    tracker.log_artifact(str(p2))
+            except Exception as e:  # noqa: BLE001 - a plot must not lose the study
+                tracker.errors.append(f"plots: {type(e).__name__}: {e}")
+            for name in ("production", "sota"):
+                b = base[name]["iteration_time_s"]
+                if best is not None and b and math.isfinite(b):
+                    metrics[f"speedup_vs_{name}"] = b / best.value - 1.0
+            tracker.log_study(metrics=metrics)
+            tracker.flush(status)       # artifacts are uploaded before the temp dir goes
+
+    def _summary(self, study, base, tracker, elapsed) -> dict:
+        best = self._best(study)
+        states = [t.state for t in study.trials]
+        prod, sota = base["production"]["iteration_time_s"], base["sota"]["iteration_time_s"]
+        bt = best.value if best else math.nan
+
+        def speedup(b):
+            return b / bt - 1.0 if best and b and math.isfinite(b) else None
+        return {
+            "best_config": best.user_attrs["config"] if best else None,
+            "best_iteration_time_s": bt if best else None,
+            "best_breakdown": best.user_attrs.get("breakdown") if best else None,
+            "production_iteration_time_s": prod if math.isfinite(prod) else None,
+            "sota_iteration_time_s": sota if math.isfinite(sota) else None,
+            "speedup_vs_production": speedup(prod), "speedup_vs_sota": speedup(sota),
+            "n_trials": sum(s.is_finished() for s in states),
+            "n_failed": sum(s == optuna.trial.TrialState.FAIL for s in states),
+            "n_infeasible": sum(1 for t in study.trials if t.user_attrs.get("feasible") is False),
+            "mlflow_run_id": tracker.parent_id if tracker else None,
+            "tracking_errors": tracker.errors if tracker else [],
+            "study_name": self.study_name, "storage": mask_uri(self.storage_url),
+            "strategy": self.strategy.name, "elapsed_s": elapsed,
+        }
+
+
+def run_study(model=None, cluster=None, scenario: Scenario | None = None, strategy: str = "tpe", trials: int = 100,
+              storage: str | None = None, study_name: str | None = None, tracking_uri: str | None = None,
+              seed: int = 0, backend: str = "costmodel", **kw) -> dict:
+    """Run (or resume) a tuning study; returns the summary dict of ``autotune study --json``."""
+    if scenario is None:
+        from .specs.presets import build_scenario
+        scenario = build_scenario(model=model, cluster=cluster, **{k: kw.pop(k) for k in list(kw)
+                                                                    if k in ("gpus", "global_batch", "seq_len",
+                                                                             "precision", "scenario_file", "overrides")})
+    return StudyRunner(scenario, strategy=strategy, trials=trials, storage=storage, study_name=study_name,
+                       tracking_uri=tracking_uri, seed=seed, backend=backend, **kw).run()
+
+
+def load_study_scenario(storage: str, study_name: str) -> tuple[Scenario, dict]:
+    """Scenario and attributes of an existing study (for workers joining it)."""
+    st = _storage(storage)
+    try:
+        study = optuna.load_study(study_name=study_name, storage=st)
+    except KeyError:
+        raise UserInputError("--study-name", study_name, "the name of an existing study in that storage") from None
+    attrs = study.user_attrs
+    return Scenario.model_validate_json(attrs["scenario_json"]), attrs

@@ -1,0 +1,121 @@
+"""MLflow tracking: one parent run per study, one child run per trial, logged off the search
+thread (a queue and a worker thread) and flushed before the command returns.
+
+Resuming a study reuses its parent run (found by tag) and never logs a trial number twice.
+Secrets in URIs are masked wherever a URI is shown or logged.
+"""
+from __future__ import annotations
+
+import logging
+import queue
+import re
+import threading
+import time
+
+from .errors import UserInputError
+
+EXPERIMENT = "autotune"
+_CRED = re.compile(r"(//[^:/@]+:)[^@/]+@")
+
+
+def mask_uri(uri: str | None) -> str | None:
+    """``postgresql://user:secret@host/db`` -> ``postgresql://user:***@host/db``."""
+    return None if uri is None else _CRED.sub(r"\1***@", uri)
+
+
+class Tracker:
+    def __init__(self, tracking_uri: str, study_name: str, storage: str, tags: dict | None = None,
+                 retries: int = 3):
+        import mlflow
+        from mlflow.tracking import MlflowClient
+        logging.getLogger("mlflow").setLevel(logging.ERROR)
+        logging.getLogger("alembic").setLevel(logging.ERROR)
+        self.uri = tracking_uri
+        mlflow.set_tracking_uri(tracking_uri)
+        self.client = MlflowClient(tracking_uri)
+        try:
+            exp = self.client.get_experiment_by_name(EXPERIMENT)
+            self.experiment_id = exp.experiment_id if exp else self.client.create_experiment(EXPERIMENT)
+            found = self.client.search_runs([self.experiment_id],
+                                            filter_string=f"tags.`autotune.study_name` = '{study_name}' and "
+                                                          f"tags.`autotune.role` = 'study'", max_results=1)
+        except Exception as e:  # noqa: BLE001 - any failure to reach the tracking store
+            raise UserInputError("--tracking-uri", mask_uri(tracking_uri),
+                                 f"a reachable MLflow tracking store ({type(e).__name__})") from None
+        if found:
+            self.parent_id = found[0].info.run_id
+            self.client.update_run(self.parent_id, status="RUNNING")
+        else:
+            t = {"autotune.study_name": study_name, "autotune.role": "study", "autotune.storage": mask_uri(storage)}
+            t.update(tags or {})
+            self.parent_id = self.client.create_run(self.experiment_id, run_name=study_name, tags=t).info.run_id
+        self.logged = self._logged_trials()
+        self.retries = retries
+        self.errors: list[str] = []
+        self._q: queue.Queue = queue.Queue()
+        self._thread = threading.Thread(target=self._drain, daemon=True)
+        self._thread.start()
+
+    def _logged_trials(self) -> set[int]:
+        runs = self.client.search_runs([self.experiment_id],
+                                       filter_string=f"tags.`mlflow.parentRunId` = '{self.parent_id}'",
+                                       max_results=50000)
+        return {int(r.data.tags["autotune.trial"]) for r in runs if "autotune.trial" in r.data.tags}
+
+    # ------------------------------------------------------------ logging (async)
+    def log_trial(self, number: int, params: dict, metrics: dict, tags: dict | None = None) -> None:
+        if number in self.logged:
+            return
+        self.logged.add(number)
+        self._q.put(("trial", number, params, metrics, tags or {}))
+
+    def log_study(self, params: dict | None = None, metrics: dict | None = None) -> None:
+        self._q.put(("study", params or {}, metrics or {}))
+
+    def log_artifact(self, path: str) -> None:
+        self._q.put(("artifact", path))
+
+    def _drain(self):
+        from mlflow.entities import Metric, Param, RunTag
+        while True:
+            item = self._q.get()
+            if item is None:
+                self._q.task_done()
+                return
+            for attempt in range(self.retries):
+                try:
+                    now = int(time.time() * 1000)
+                    if item[0] == "trial":
+                        _, number, params, metrics, tags = item
+                        t = {"mlflow.parentRunId": self.parent_id, "autotune.trial": str(number)} | tags
+                        run = self.client.create_run(self.experiment_id, run_name=f"trial-{number}",
+                                                     tags=t)
+                        self.client.log_batch(run.info.run_id,
+                                              metrics=[Metric(k, float(v), now, 0) for k, v in metrics.items()],
+                                              params=[Param(k, str(v)[:6000]) for k, v in params.items()])
+                        self.client.set_terminated(run.info.run_id)
+                    elif item[0] == "study":
+                        _, params, metrics = item
+                        self.client.log_batch(self.parent_id,
+                                              metrics=[Metric(k, float(v), now, 0) for k, v in metrics.items()],
+                                              params=[Param(k, str(v)[:6000]) for k, v in params.items()],
+                                              tags=[RunTag("autotune.updated", str(now))])
+                    else:
+                        self.client.log_artifact(self.parent_id, item[1])
+                    break
+                except Exception as e:  # noqa: BLE001 - retried, then reported at flush
+                    if "already" in str(e).lower() and item[0] == "study":
+                        break     # params are immutable in MLflow; a resumed study keeps the first
+                    if attempt == self.retries - 1:
+                        self.errors.append(f"{item[0]}: {type(e).__name__}: {mask_uri(str(e))[:200]}")
+                    else:
+                        time.sleep(0.2 * (attempt + 1))
+            self._q.task_done()
+
+    def flush(self, status: str = "FINISHED") -> None:
+        self._q.put(None)
+        self._thread.join()
+        try:
+            self.client.set_terminated(self.parent_id, status=status)
+        except Exception as e:  # noqa: BLE001
+            self.errors.append(f"terminate: {type(e).__name__}")
