@@ -46,7 +46,8 @@ def run_strategy_curves(scenario: Scenario, strategy: str, budget: int, seeds: i
     for seed in range(seeds):
         runner = StudyRunner(scenario, strategy=strategy, trials=budget, storage="memory",
                              study_name=f"compare-{strategy}-{seed}", seed=seed, track=False,
-                             seed_baselines=False, strategy_options=strategy_options, infeasible=infeasible)
+                             seed_baselines=False, strategy_options=strategy_options, infeasible=infeasible,
+                             baselines=("production",))
         r = runner.run()
         vals = runner.last_values
         curve = best_so_far(vals)

@@ -80,7 +80,7 @@ class StudyRunner:
                  study_name: str | None = None, tracking_uri: str | None = None, seed: int = 0,
                  backend: str = "costmodel", trial_timeout_s: float | None = None, track: bool = True,
                  seed_baselines: bool = True, strategy_options: dict | None = None, progress: bool = False,
-                 infeasible: str = "fail"):
+                 infeasible: str = "fail", baselines: tuple = ("production", "sota")):
         if trials is None or trials <= 0:
             raise UserInputError("--trials", trials, "a positive integer")
         self.scenario, self.trials, self.seed = scenario, int(trials), int(seed)
@@ -102,6 +102,7 @@ class StudyRunner:
         if infeasible not in INFEASIBLE_MODES:
             raise UserInputError("--infeasible", infeasible, " or ".join(INFEASIBLE_MODES))
         self.infeasible = infeasible
+        self.baseline_names = tuple(baselines)
 
     # ------------------------------------------------------------------ setup
     def _open_study(self) -> optuna.Study:
@@ -132,10 +133,14 @@ class StudyRunner:
         """Production and sota configurations and their times, computed once per study."""
         from .baselines import production_config, sota_config
         attrs = study.user_attrs
-        if "baselines" in attrs:
+        if "baselines" in attrs and all(attrs["baselines"][n]["config"] for n in self.baseline_names
+                                        if n in attrs["baselines"]):
             return attrs["baselines"]
         out = {}
         for name, make in (("production", production_config), ("sota", sota_config)):
+            if name not in self.baseline_names:
+                out[name] = {"config": None, "iteration_time_s": math.nan}
+                continue
             cfg = make(self.scenario, self.space)
             if cfg is None:
                 out[name] = {"config": None, "iteration_time_s": math.nan}

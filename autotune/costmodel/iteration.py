@@ -189,8 +189,9 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
         hxs = hxs + grp_e_x.xb_bytes(2, g_e / n_in_e)
 
     is_fsdp, is_hsdp = fl == F_FSDP, fl == F_HSDP
-    # per micro-batch (ZeRO-3 semantics): all-gather in forward and in backward, reduce-scatter
-    fsdp_mb = xp.where(is_fsdp, 3 * rs, xp.where(is_hsdp, 3 * rs_in, 0.0))
+    # per micro-batch (ZeRO-3 semantics): all-gather before forward; all-gather and
+    # reduce-scatter around backward (parameters and gradients move the same bf16 bytes)
+    gather_mb = xp.where(is_fsdp, rs, xp.where(is_hsdp, rs_in, 0.0))
     per_step_grad = xp.select([fl == F_DDP, fl == F_ZERO1, is_hsdp], [ar, rs, hs_x], 0.0)
     per_step_param = xp.where(fl == F_ZERO1, rs, 0.0)
 
@@ -209,18 +210,21 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
     p2p_bw_bound = xp.where(sc == S_DUALPIPEV, 0.0, p2p_bw_bound)  # DualPipeV overlaps P2P too
 
     # ---- per-micro-batch pace of the bottleneck rank, then the whole pipeline ----
-    fsdp_pace = xp.where(overlap, xp.maximum(T_mb, fsdp_mb), T_mb + fsdp_mb)
-    T_pace = xp.maximum(fsdp_pace, p2p_bw_bound)
+    # FSDP gathers overlap the forward and backward they feed (prefetch), or add to them; W is
+    # compute only. Every stretched time is monotone in bandwidth and latency.
+    t_f_p = xp.where(overlap, xp.maximum(t_f, gather_mb), t_f + gather_mb)
+    t_b_p = xp.where(overlap, xp.maximum(t_b, 2 * gather_mb), t_b + 2 * gather_mb)
+    T_fsdp = t_f_p + t_b_p + t_w
+    T_pace = xp.maximum(T_fsdp, p2p_bw_bound)
     infl = in_flight_microbatches(sc, pp, v, m, xp)
     round_trip = pp * T_pace + 2 * D_chain
     cycle = xp.where(has_pp & (sc != S_GPIPE), xp.maximum(T_pace, round_trip / xp.maximum(infl, 1.0)), T_pace)
-    scale = T_pace / T_mb
-    bubble = xp.where(has_pp, bubble_time(sc, pp, v, t_f * scale, t_b * scale, t_w * scale, xp), 0.0)
+    bubble = xp.where(has_pp, bubble_time(sc, pp, v, t_f_p, t_b_p, t_w, xp), 0.0)
     T_pipe = m * cycle + bubble + 2 * D_chain
 
     # ---- DP exposure once per step ----
-    window_b = t_b + t_w                              # backward of the last micro-batch
-    window_f = t_f
+    window_b = t_b_comp + t_w_comp                    # backward compute of the last micro-batch
+    window_f = t_f_comp                               # communication only hides behind compute
     dp_grad_exposed = xp.where(overlap, xp.maximum(per_step_grad / C.DP_BUCKETS, per_step_grad - window_b), per_step_grad)
     dp_param_exposed = xp.where(overlap, xp.maximum(per_step_param / C.DP_BUCKETS, per_step_param - window_f), per_step_param)
     dp_exposed = dp_grad_exposed + dp_param_exposed
@@ -267,9 +271,8 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
     denom = iteration * k.n_gpus * k.peak_precision
 
     # ---- breakdown (sums to the iteration time) ----
-    pace_extra = m * (T_pace - T_mb)
-    fsdp_part = xp.where(fsdp_pace >= p2p_bw_bound, pace_extra, m * xp.maximum(0.0, fsdp_pace - T_mb))
-    p2p_part = pace_extra - fsdp_part
+    fsdp_part = m * (T_fsdp - T_mb)
+    p2p_part = m * (T_pace - T_fsdp)
     pp_latency = m * (cycle - T_pace) + 2 * D_chain
 
     # ---- bytes per GPU per step on each tier ----
@@ -302,7 +305,7 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
         "nvlink_bytes_per_gpu": nvlink_bytes,
         "micro_batches": m,
         # internals for the event-level simulator (scalar path)
-        "_pipe_t_f": t_f * scale, "_pipe_t_b": t_b * scale, "_pipe_t_w": t_w * scale,
+        "_pipe_t_f": t_f_p, "_pipe_t_b": t_b_p, "_pipe_t_w": t_w,
         "_t_p2p_in": t_p2p_in, "_t_p2p_x": t_p2p_x, "_b_pp": b_pp, "_T_pipe": T_pipe,
         "_dp_exposed": dp_exposed, "_t_opt": t_opt, "_hbm_bytes": k.hbm_bytes,
     }

@@ -48,12 +48,14 @@ def _intra_tier_Bps(tier, gpus_below: int, nic_Bps: float, net_eff: float) -> fl
 def scenario_consts(scenario: Scenario, params: CostParams) -> ScenarioConsts:
     """Cached on the (immutable) scenario object, per parameter set."""
     cache = scenario._derived
-    key = ("costmodel", params)
-    k = cache.get(key)
-    if k is None:
-        if len(cache) > 32:
-            cache.clear()
-        k = cache[key] = _compute_consts(scenario, params)
+    key = ("costmodel", id(scenario), params)
+    hit = cache.get(key)
+    if hit is not None and hit[0] is scenario:      # owner check: never another object's constants
+        return hit[1]
+    if len(cache) > 32:
+        cache.clear()
+    k = _compute_consts(scenario, params)
+    cache[key] = (scenario, k)
     return k
 
 

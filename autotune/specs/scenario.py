@@ -1,8 +1,6 @@
 """Scenario: model + workload + cluster, resolved and validated together."""
 from __future__ import annotations
 
-from functools import cached_property
-
 from pydantic import BaseModel, ConfigDict, PrivateAttr, model_validator
 
 from .cluster import ClusterSpec
@@ -51,11 +49,19 @@ class Scenario(BaseModel):
     def precision(self) -> str:
         return self.workload.precision
 
-    @cached_property
+    @property
     def key(self) -> str:
-        """A stable identity for caches and study metadata."""
+        """A stable identity of the content (study metadata, on-disk caches). Not cached: a copy
+        made with ``model_copy(update=...)`` must not inherit its source's key."""
         import hashlib
         return hashlib.sha256(self.model_dump_json().encode()).hexdigest()[:16]
+
+    def model_copy(self, *, update=None, deep: bool = False) -> "Scenario":
+        """Copies start with an empty derived-value cache (pydantic copies private attributes
+        shallowly, which would share cost-model constants between different networks)."""
+        new = super().model_copy(update=update, deep=deep)
+        new._derived = {}
+        return new
 
     def summary(self) -> dict:
         return {"model": self.model.name, "cluster": self.cluster.name, "gpus": self.n_gpus,
