@@ -56,6 +56,25 @@ def _storage(url: str):
         raise UserInputError("--storage", mask_uri(url), f"a reachable SQLAlchemy database URL ({type(e).__name__})") from None
 
 
+UNORDERED = ("placement", "dp_flavour", "pp_schedule", "recompute", "xb_load_balancing", "xb_loss_recovery",
+             "collective")
+CATEGORICAL_SAMPLERS = ("tpe", "nsga2", "random")
+
+
+def distributions_for(encoding, sampler_name: str) -> dict:
+    """Static, always-sampled parameters: unordered knobs categorical for samplers that model
+    categories (TPE, NSGA-II); integers elsewhere (CMA-ES and GP need numbers). Measured on
+    llama4-maverick x campus-5bldg (300 trials, 5 seeds): TPE median gap 5.6% categorical vs
+    29.4% all-integer (README)."""
+    out = {}
+    for k, n in zip(encoding.names, encoding.sizes):
+        if k in UNORDERED and sampler_name in CATEGORICAL_SAMPLERS:
+            out[k] = optuna.distributions.CategoricalDistribution(list(range(n)))
+        else:
+            out[k] = optuna.distributions.IntDistribution(0, n - 1)
+    return out
+
+
 def _measure(backend, scenario, config, timeout_s: float | None) -> Measurement:
     """Measure with a deadline; exceptions and garbage become failures with their reason."""
     def call():
@@ -87,8 +106,8 @@ class StudyRunner:
         self.storage_url = storage or DEFAULT_STORAGE
         self.tracking_uri = tracking_uri or DEFAULT_TRACKING_URI
         self.strategy = make_strategy(strategy, **(strategy_options or {}))
-        self.backend = get_backend(backend)
-        self.backend_name = backend
+        self.backend = get_backend(backend) if isinstance(backend, str) else backend
+        self.backend_name = backend if isinstance(backend, str) else getattr(backend, "name", type(backend).__name__)
         self.trial_timeout_s = trial_timeout_s
         self.track = track
         self.seed_baselines = seed_baselines
@@ -96,8 +115,7 @@ class StudyRunner:
         self.study_name = study_name or f"{scenario.model.name}-{scenario.cluster.name}-{strategy}-seed{seed}"
         self.space = SearchSpace(scenario)
         self.encoding = FlatEncoding(self.space)
-        self.distributions = {k: optuna.distributions.IntDistribution(0, n - 1)
-                              for k, n in zip(self.encoding.names, self.encoding.sizes)}
+        self.distributions = distributions_for(self.encoding, self.strategy.sampler_name)
         self.hbm_bytes = min(b.gpu.hbm_bytes for b in scenario.cluster.buildings)
         if infeasible not in INFEASIBLE_MODES:
             raise UserInputError("--infeasible", infeasible, " or ".join(INFEASIBLE_MODES))
@@ -155,12 +173,13 @@ class StudyRunner:
     def run(self) -> dict:
         t0 = time.perf_counter()
         study = self._open_study()
-        base = self._baselines(study)
-        self.strategy.bind(self.space, self.encoding, self.seed + len(study.trials))
         tracker = None
-        if self.track:
+        if self.track:      # connect before any expensive work: a bad URI fails fast
             tracker = Tracker(self.tracking_uri, self.study_name, self.storage_url,
                               tags={"autotune.strategy": self.strategy.name, "autotune.scenario_key": self.scenario.key})
+        base = self._baselines(study)
+        self.strategy.bind(self.space, self.encoding, self.seed + len(study.trials))
+        if tracker is not None:
             tracker.log_study(params={"model": self.scenario.model.name, "cluster": self.scenario.cluster.name,
                                       "gpus": self.scenario.n_gpus, "strategy": self.strategy.name,
                                       "seed": self.seed, "backend": self.backend_name,

@@ -15,6 +15,10 @@ import time
 from .errors import UserInputError
 
 EXPERIMENT = "autotune"
+HTTP_LIMITS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "0.5",
+               "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}
+"""Bounded retries for a tracking server (MLflow's defaults retry for minutes); a user's own
+settings of these variables win."""
 _CRED = re.compile(r"(//[^:/@]+:)[^@/]+@")
 
 
@@ -26,6 +30,9 @@ def mask_uri(uri: str | None) -> str | None:
 class Tracker:
     def __init__(self, tracking_uri: str, study_name: str, storage: str, tags: dict | None = None,
                  retries: int = 3):
+        import os
+        for k, v in HTTP_LIMITS.items():
+            os.environ.setdefault(k, v)
         import mlflow
         from mlflow.tracking import MlflowClient
         logging.getLogger("mlflow").setLevel(logging.ERROR)

@@ -1,0 +1,106 @@
+import math
+import time
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from autotune.backends import CostModelBackend, Measurement
+from autotune.errors import UserInputError
+from autotune.specs import build_scenario
+from autotune.study import StudyRunner, run_study
+
+
+@pytest.fixture()
+def uris(tmp_path):
+    return f"sqlite:///{tmp_path}/studies.db", f"sqlite:///{tmp_path}/mlflow.db"
+
+
+def child_runs(tracking_uri, parent):
+    c = MlflowClient(tracking_uri)
+    exp = c.get_experiment_by_name("autotune")
+    return c.search_runs([exp.experiment_id], filter_string=f"tags.`mlflow.parentRunId` = '{parent}'",
+                         max_results=10000)
+
+
+def test_study_contract_tracking_and_baselines(uris):
+    storage, tracking = uris
+    r = run_study("llama3-70b", "metro-2bldg", strategy="tpe", trials=25, storage=storage, tracking_uri=tracking)
+    for k in ("best_config", "best_iteration_time_s", "production_iteration_time_s", "sota_iteration_time_s",
+              "speedup_vs_production", "speedup_vs_sota", "n_trials", "mlflow_run_id", "study_name", "storage"):
+        assert k in r
+    assert r["n_trials"] == 25
+    assert r["best_iteration_time_s"] <= r["production_iteration_time_s"]
+    assert r["best_iteration_time_s"] <= r["sota_iteration_time_s"]
+    assert r["speedup_vs_production"] == pytest.approx(r["production_iteration_time_s"] / r["best_iteration_time_s"] - 1)
+    runs = child_runs(tracking, r["mlflow_run_id"])
+    assert sorted(int(x.data.tags["autotune.trial"]) for x in runs) == list(range(25))
+    parent = MlflowClient(tracking).get_run(r["mlflow_run_id"])
+    arts = {a.path for a in MlflowClient(tracking).list_artifacts(r["mlflow_run_id"])}
+    assert {"best_config.yaml", "convergence.png"} <= arts
+    assert parent.data.metrics["best_iteration_time_s"] == pytest.approx(r["best_iteration_time_s"])
+
+
+def test_resume_by_name_reaches_the_budget_without_duplicates(uris):
+    storage, tracking = uris
+    a = run_study("llama3-8b", "campus-5bldg", strategy="random", trials=12, storage=storage, tracking_uri=tracking,
+                  study_name="resume-me")
+    b = run_study("llama3-8b", "campus-5bldg", strategy="random", trials=20, storage=storage, tracking_uri=tracking,
+                  study_name="resume-me")
+    assert b["n_trials"] == 20 and a["mlflow_run_id"] == b["mlflow_run_id"]
+    assert sorted(int(x.data.tags["autotune.trial"]) for x in child_runs(tracking, b["mlflow_run_id"])) == list(range(20))
+    with pytest.raises(UserInputError) as ei:
+        run_study("llama3-70b", "campus-5bldg", strategy="random", trials=5, storage=storage, tracking_uri=tracking,
+                  study_name="resume-me")
+    assert "different scenario" in str(ei.value)
+
+
+@pytest.mark.parametrize("kwargs, field", [
+    ({"strategy": "annealing"}, "--strategy"),
+    ({"trials": 0}, "--trials"),
+    ({"storage": "postgresql://user:hunter2@127.0.0.1:1/none"}, "--storage"),
+    ({"tracking_uri": "http://user:hunter2@127.0.0.1:1"}, "--tracking-uri"),
+])
+def test_bad_study_input(uris, kwargs, field):
+    storage, tracking = uris
+    base = dict(strategy="random", trials=3, storage=storage, tracking_uri=tracking)
+    with pytest.raises(UserInputError) as ei:
+        run_study("llama3-8b", "campus-5bldg", **(base | kwargs))
+    assert str(ei.value).startswith(field) and "hunter2" not in str(ei.value)
+
+
+class Flaky:
+    """A backend that raises, returns NaN, a negative or an infinite time, or hangs, in turn."""
+    name = "flaky"
+
+    def __init__(self):
+        self.n = 0
+        self.inner = CostModelBackend()
+
+    def measure(self, scenario, config):
+        self.n += 1
+        kind = self.n % 6
+        if kind == 1:
+            raise RuntimeError("rank 3 segfaulted")
+        if kind == 2:
+            return Measurement(iteration_time_s=math.nan)
+        if kind == 3:
+            return Measurement(iteration_time_s=-1.0)
+        if kind == 4:
+            return Measurement(iteration_time_s=math.inf)
+        if kind == 5:
+            time.sleep(3)
+        return self.inner.measure(scenario, config)
+
+
+def test_faulty_backend_trials_fail_with_reasons_and_the_study_finishes(uris):
+    storage, _ = uris
+    s = build_scenario("llama3-8b", "campus-5bldg")
+    runner = StudyRunner(s, strategy="random", trials=12, storage=storage, backend=Flaky(), trial_timeout_s=1.0,
+                         track=False, baselines=())
+    r = runner.run()
+    assert r["n_trials"] == 12 and r["n_failed"] >= 8
+    import optuna
+    st = optuna.load_study(study_name=r["study_name"], storage=storage)
+    reasons = " | ".join(t.user_attrs.get("reason", "") for t in st.trials)
+    for needle in ("segfaulted", "invalid iteration time", "timed out"):
+        assert needle in reasons
