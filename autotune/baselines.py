@@ -1,8 +1,10 @@
 """The two reference points every result is compared with (MISSION.md).
 
 - production: what a careful team runs without this tool, Llama-3 style: TP filling the NVLink
-  domain, PP just deep enough to fit memory, DP outermost across buildings (DP-out), FSDP,
-  interleaved 1F1B, default ECMP transport (1 QP, go-back-N, NCCL ring).
+  domain, PP just deep enough to fit memory (selective recomputation, else full), DP outermost
+  across buildings (DP-out), FSDP, interleaved 1F1B, default ECMP transport (1 QP, go-back-N,
+  NCCL ring); context parallelism only when no cp=1 layout gives every pipeline enough
+  micro-batches.
 - sota: a strong optimizer blind to scale-across effects: exhaustive search on a copy of the
   scenario whose cross-building tier looks like the inside of a building (no oversubscription,
   distance or loss); its choice is then judged on the true scenario.
@@ -23,16 +25,18 @@ def production_config(scenario: Scenario, space: SearchSpace | None = None) -> C
     node = min(b.gpu.nvlink_domain_gpus for b in scenario.cluster.buildings)
     tp = max(t for t in space.tp_values if t <= node and m.n_kv_heads % t == 0)
     B = scenario.cluster.n_buildings
-    for recompute in PRODUCTION_RECOMPUTE_ORDER:
+    # context parallelism only when the batch is too small to give every pipeline enough
+    # micro-batches without it (Llama 3 style: CP for long sequences / small per-GPU batches)
+    for cp, recompute in ((c, r) for c in space.cp_values for r in PRODUCTION_RECOMPUTE_ORDER):
         for pp in space.pp_values:
-            if scenario.n_gpus % (tp * pp):
+            if scenario.n_gpus % (tp * pp * cp):
                 continue
-            dp = scenario.n_gpus // (tp * pp)
+            dp = scenario.n_gpus // (tp * pp * cp)
             eps = [e for e in space.ep_values if (dp // max(B, 1)) % e == 0] or [1]
             ep = max(eps) if m.is_moe else 1
             cands = []
             for sched, v in (("interleaved_1f1b", 2), ("1f1b", 1)) if pp > 1 else (("1f1b", 1),):
-                cands.append(Config(tp=tp, cp=1, ep=ep, pp=pp, dp=dp, placement="dp_out",
+                cands.append(Config(tp=tp, cp=cp, ep=ep, pp=pp, dp=dp, placement="dp_out",
                                     dp_flavour="fsdp" if dp > 1 else "ddp", pp_schedule=sched, pp_chunks=v,
                                     micro_batch=1, recompute=recompute, xb_load_balancing="ecmp",
                                     xb_queue_pairs=1, xb_loss_recovery="gbn", collective="ring"))

@@ -40,7 +40,35 @@ DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 
+_SQLITE_TUNED = False
+
+
+def _tune_sqlite() -> None:
+    """WAL journal + synchronous=NORMAL for SQLite: one fsync per checkpoint instead of per
+    commit. A committed trial survives a crash or SIGKILL of the process (only an OS crash or
+    power loss can drop the last commits). Optuna writes each parameter in its own transaction,
+    so this is the difference between ~3 ms and ~0.1 ms per write."""
+    global _SQLITE_TUNED
+    if _SQLITE_TUNED:
+        return
+    import sqlite3
+
+    from sqlalchemy import event
+    from sqlalchemy.engine import Engine
+
+    @event.listens_for(Engine, "connect")
+    def _pragmas(dbapi_connection, _record):
+        if isinstance(dbapi_connection, sqlite3.Connection):
+            cur = dbapi_connection.cursor()
+            cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute("PRAGMA synchronous=NORMAL")
+            cur.execute("PRAGMA busy_timeout=30000")
+            cur.close()
+    _SQLITE_TUNED = True
+
+
 def _storage(url: str):
+    _tune_sqlite()
     if url == "memory":
         return optuna.storages.InMemoryStorage()
     try:
@@ -198,8 +226,10 @@ class StudyRunner:
             bar = tqdm(total=self.trials, desc=self.study_name, unit="trial")
         status = "FINISHED"
         try:
+            done_states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.FAIL,
+                           optuna.trial.TrialState.PRUNED)
             while True:
-                finished = sum(t.state.is_finished() for t in study.get_trials(deepcopy=False))
+                finished = study._storage.get_n_trials(study._study_id, state=done_states)
                 if bar is not None:
                     bar.n = min(finished, self.trials)
                     bar.refresh()

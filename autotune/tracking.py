@@ -35,6 +35,9 @@ class Tracker:
             os.environ.setdefault(k, v)
         import mlflow
         from mlflow.tracking import MlflowClient
+
+        from .study import _tune_sqlite
+        _tune_sqlite()
         logging.getLogger("mlflow").setLevel(logging.ERROR)
         logging.getLogger("alembic").setLevel(logging.ERROR)
         self.uri = tracking_uri
