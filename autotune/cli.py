@@ -53,6 +53,16 @@ def _fmt_bytes(b: float) -> str:
     return f"{b / 2**30:.1f} GiB"
 
 
+def _print_evaluation(d: dict) -> None:
+    """One evaluated configuration: headline figures, then the breakdown as shares."""
+    state = "feasible" if d["feasible"] else f"INFEASIBLE ({d['reason']})"
+    click.echo(f"iteration {d['iteration_time_s']:.4f} s   tokens/s {d['tokens_per_s']:,.0f}   "
+               f"MFU {100 * d['mfu']:.1f}%   memory {_fmt_bytes(d['memory_per_gpu_bytes'])}/GPU   {state}")
+    for k, v in d["breakdown"].items():
+        click.echo(f"  {k:<14} {v:10.4f} s  {100 * v / d['iteration_time_s']:5.1f}%")
+    click.echo(f"  cross-building bytes per step: {d['traffic']['xb_bytes_per_step']:.3e}")
+
+
 @cli.command()
 @scenario_options
 @click.option("--config", "config_text", required=True, help='"tp=8,pp=16,placement=dp_out,..." or a YAML file')
@@ -75,12 +85,7 @@ def evaluate(config_text, simulate, as_json, **kw):
     def human(d):
         click.echo(f"scenario: {d['scenario']}")
         click.echo(f"config:   {d['config']}")
-        state = "feasible" if d["feasible"] else f"INFEASIBLE ({d['reason']})"
-        click.echo(f"iteration {d['iteration_time_s']:.4f} s   tokens/s {d['tokens_per_s']:,.0f}   "
-                   f"MFU {100 * d['mfu']:.1f}%   memory {_fmt_bytes(d['memory_per_gpu_bytes'])}/GPU   {state}")
-        for k, v in d["breakdown"].items():
-            click.echo(f"  {k:<14} {v:10.4f} s  {100 * v / d['iteration_time_s']:5.1f}%")
-        click.echo(f"  cross-building bytes per step: {d['traffic']['xb_bytes_per_step']:.3e}")
+        _print_evaluation(d)
         if "simulated" in d:
             click.echo(f"  simulated iteration: {d['simulated']['iteration_time_s']:.4f} s")
     _emit(data, as_json, human)
@@ -129,10 +134,7 @@ def search(as_json, **kw):
             click.echo("no configuration fits in memory")
             return
         click.echo(f"best: {b['config']}")
-        click.echo(f"iteration {b['iteration_time_s']:.4f} s   MFU {100 * b['mfu']:.1f}%   "
-                   f"memory {_fmt_bytes(b['memory_per_gpu_bytes'])}/GPU")
-        for k, v in b["breakdown"].items():
-            click.echo(f"  {k:<14} {v:10.4f} s  {100 * v / b['iteration_time_s']:5.1f}%")
+        _print_evaluation(b)
     _emit(data, as_json, human)
 
 
@@ -218,10 +220,11 @@ def worker(study_name, storage, trials, seed, tracking_uri, backend, trial_timeo
 @click.option("--budget", type=int, default=300, help="trials per strategy and seed")
 @click.option("--seeds", type=int, default=5)
 @click.option("--out", "out_dir", default="compare-out", help="folder for the table and the PNG")
+@click.option("--seed-baselines", is_flag=True, help="start every study from production and sota (as `study` does)")
 @click.option("--tracking-uri", "tracking_uri", default=None)
 @click.option("--no-tracking", is_flag=True)
 @click.option("--json", "as_json", is_flag=True)
-def compare(strategies, budget, seeds, out_dir, tracking_uri, no_tracking, as_json, **kw):
+def compare(strategies, budget, seeds, out_dir, seed_baselines, tracking_uri, no_tracking, as_json, **kw):
     """Strategies x seeds at a fixed budget, judged against the exhaustive optimum."""
     from .compare import run_compare
     if budget <= 0:
@@ -231,7 +234,7 @@ def compare(strategies, budget, seeds, out_dir, tracking_uri, no_tracking, as_js
     scen = _scenario(kw)
     data = run_compare(scen, [s.strip() for s in strategies.split(",") if s.strip()], budget, seeds, out_dir,
                        tracking_uri=None if no_tracking else tracking_uri, track=not no_tracking,
-                       progress=not as_json and sys.stderr.isatty())
+                       progress=not as_json and sys.stderr.isatty(), seed_baselines=seed_baselines)
 
     def human(d):
         click.echo(f"{d['scenario']['model']} x {d['scenario']['cluster']}: exhaustive optimum "
@@ -241,6 +244,8 @@ def compare(strategies, budget, seeds, out_dir, tracking_uri, no_tracking, as_js
             t1 = "-" if r["median_trials_to_1pct"] is None else f"{r['median_trials_to_1pct']:.0f}"
             t5 = "-" if r["median_trials_to_5pct"] is None else f"{r['median_trials_to_5pct']:.0f}"
             click.echo(f"{name:<12} {r['median_gap_pct']:>12.2f} {t1:>13} {t5:>13}")
+        for k, g in d["baseline_gaps_pct"].items():
+            click.echo(f"{k} baseline gap: {g:.2f}%")
         click.echo(f"plot: {d['plot']}  table: {d['table']}")
     _emit(data, as_json, human)
 

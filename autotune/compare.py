@@ -39,15 +39,25 @@ def _median_or_none(xs):
     return None if math.isinf(m) else m
 
 
+def baselines_of(scenario: Scenario, names=("production", "sota")) -> dict:
+    """Baseline configurations and their cost-model times, computed once."""
+    from .study import StudyRunner
+    r = StudyRunner(scenario, strategy="random", trials=1, storage="memory", track=False, baselines=names)
+    return r._baselines(r._open_study())
+
+
 def run_strategy_curves(scenario: Scenario, strategy: str, budget: int, seeds: int, optimum: float,
-                        progress=None, strategy_options=None, infeasible: str = "fail") -> dict:
+                        progress=None, strategy_options=None, infeasible: str = "fail",
+                        seed_baselines: bool = False, known_baselines: dict | None = None) -> dict:
+    """Each seed is a fresh in-memory study started from the production configuration (and, with
+    ``seed_baselines``, the sota configuration too, as ``autotune study`` does by default)."""
     from .study import StudyRunner
     curves, gaps, t1, t5, elapsed = [], [], [], [], []
     for seed in range(seeds):
         runner = StudyRunner(scenario, strategy=strategy, trials=budget, storage="memory",
                              study_name=f"compare-{strategy}-{seed}", seed=seed, track=False,
-                             seed_baselines=False, strategy_options=strategy_options, infeasible=infeasible,
-                             baselines=("production",))
+                             seed_baselines=seed_baselines, strategy_options=strategy_options,
+                             infeasible=infeasible, known_baselines=known_baselines)
         r = runner.run()
         vals = runner.last_values
         curve = best_so_far(vals)
@@ -92,7 +102,7 @@ def plot_curves(results: dict, optimum: float, path: Path, title: str):
 
 def run_compare(scenario: Scenario, strategies, budget: int, seeds: int, out_dir: str | Path,
                 tracking_uri: str | None = None, track: bool = True, progress: bool = False,
-                strategy_options: dict | None = None) -> dict:
+                strategy_options: dict | None = None, seed_baselines: bool = False) -> dict:
     from .strategies.registry import make_strategy
     for s in strategies:
         make_strategy(s) if s != "ppo" else None     # unknown names fail before any work
@@ -103,12 +113,14 @@ def run_compare(scenario: Scenario, strategies, budget: int, seeds: int, out_dir
     if progress:
         from tqdm import tqdm
         bar = tqdm(total=len(strategies) * seeds, desc="compare", unit="run")
+    base = baselines_of(scenario, ("production", "sota") if seed_baselines else ("production",))
     results = {s: run_strategy_curves(scenario, s, budget, seeds, opt["optimum_s"],
-                                      bar.update if bar else None, (strategy_options or {}).get(s))
+                                      bar.update if bar else None, (strategy_options or {}).get(s),
+                                      seed_baselines=seed_baselines, known_baselines=base)
                for s in strategies}
     if bar:
         bar.close()
-    stem = f"compare-{scenario.model.name}-{scenario.cluster.name}"
+    stem = f"compare-{scenario.model.name}-{scenario.cluster.name}" + ("-warm" if seed_baselines else "")
     plot = out / f"{stem}.png"
     plot_curves(results, opt["optimum_s"], plot, f"{scenario.model.name} x {scenario.cluster.name}, {seeds} seeds")
     table = out / f"{stem}.md"
@@ -119,6 +131,9 @@ def run_compare(scenario: Scenario, strategies, budget: int, seeds: int, out_dir
         lines.append(f"| {name} | {r['median_gap_pct']:.2f} | {f(r['median_trials_to_1pct'])} | {f(r['median_trials_to_5pct'])} |")
     table.write_text("\n".join(lines) + "\n")
     data = {"scenario": scenario.summary(), "optimum_s": opt["optimum_s"], "legal_count": opt["legal_count"],
+            "seed_baselines": seed_baselines,
+            "baseline_gaps_pct": {k: 100 * (v["iteration_time_s"] / opt["optimum_s"] - 1) for k, v in base.items()
+                                  if v.get("config")},
             "budget": budget, "seeds": seeds, "plot": str(plot), "table": str(table),
             "strategies": {k: {kk: vv for kk, vv in v.items() if kk != "curves"} for k, v in results.items()}}
     (out / f"{stem}.json").write_text(json.dumps(data, indent=2))

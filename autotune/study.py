@@ -127,7 +127,8 @@ class StudyRunner:
                  study_name: str | None = None, tracking_uri: str | None = None, seed: int = 0,
                  backend: str = "costmodel", trial_timeout_s: float | None = None, track: bool = True,
                  seed_baselines: bool = True, strategy_options: dict | None = None, progress: bool = False,
-                 infeasible: str = "fail", baselines: tuple = ("production", "sota")):
+                 infeasible: str = "fail", baselines: tuple = ("production", "sota"),
+                 known_baselines: dict | None = None):
         if trials is None or trials <= 0:
             raise UserInputError("--trials", trials, "a positive integer")
         self.scenario, self.trials, self.seed = scenario, int(trials), int(seed)
@@ -149,6 +150,7 @@ class StudyRunner:
             raise UserInputError("--infeasible", infeasible, " or ".join(INFEASIBLE_MODES))
         self.infeasible = infeasible
         self.baseline_names = tuple(baselines)
+        self.known_baselines = known_baselines
 
     # ------------------------------------------------------------------ setup
     def _open_study(self) -> optuna.Study:
@@ -179,6 +181,9 @@ class StudyRunner:
         """Production and sota configurations and their times, computed once per study."""
         from .baselines import production_config, sota_config
         attrs = study.user_attrs
+        if self.known_baselines is not None and "baselines" not in attrs:
+            study.set_user_attr("baselines", self.known_baselines)
+            return self.known_baselines
         if "baselines" in attrs and all(attrs["baselines"][n]["config"] for n in self.baseline_names
                                         if n in attrs["baselines"]):
             return attrs["baselines"]
