@@ -81,3 +81,35 @@ def test_bad_input_is_one_line_exit_2(run_cli, args, needle):
     err = r.stderr.strip()
     assert "Traceback" not in err and len(err.splitlines()) == 1, err
     assert needle in err
+
+
+def test_study_and_compare_through_the_cli(run_cli, tmp_path):
+    storage, tracking = f"sqlite:///{tmp_path}/s.db", f"sqlite:///{tmp_path}/m.db"
+    r = run_cli("study", "--model", "llama3-8b", "--cluster", "single-building", "--strategy", "tpe", "--trials", "15",
+                "--storage", storage, "--tracking-uri", tracking, "--json")
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert d["n_trials"] == 15 and d["mlflow_run_id"]
+    assert d["best_iteration_time_s"] <= d["production_iteration_time_s"]
+    r = run_cli("compare", "--model", "llama3-8b", "--cluster", "single-building", "--strategies", "tpe,random",
+                "--budget", "12", "--seeds", "2", "--out", str(tmp_path / "cmp"), "--tracking-uri", tracking, "--json")
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert set(d["strategies"]) == {"tpe", "random"}
+    for s in d["strategies"].values():
+        assert s["median_gap_pct"] >= -1e-9
+    assert (tmp_path / "cmp").is_dir() and d["plot"].endswith(".png")
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["study", "--model", "llama3-8b", "--cluster", "single-building", "--strategy", "annealing"], "--strategy"),
+    (["study", "--model", "llama3-8b", "--cluster", "single-building", "--trials", "0"], "--trials"),
+    (["compare", "--model", "llama3-8b", "--cluster", "single-building", "--budget", "0"], "--budget"),
+    (["study", "--model", "llama3-8b", "--cluster", "single-building", "--storage", "postgresql+psycopg://u:sekret@127.0.0.1:9/x"], "--storage"),
+    (["worker", "--study-name", "nope", "--storage", "sqlite:////tmp/definitely-missing-dir/x.db"], "--storage"),
+])
+def test_study_bad_input(run_cli, args, needle):
+    r = run_cli(*args)
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    err = r.stderr.strip()
+    assert "Traceback" not in err and len(err.splitlines()) == 1 and needle in err and "sekret" not in err
