@@ -147,6 +147,8 @@ def _study_options(f):
         click.option("--backend", default="costmodel", help="measurement backend (entry points: autotune.backends)"),
         click.option("--trial-timeout", "trial_timeout", type=float, default=None, help="seconds per trial"),
         click.option("--no-tracking", is_flag=True, help="do not log to MLflow"),
+        click.option("--objectives", default="iteration_time_s",
+                     help="comma-separated: iteration_time_s[,xb_bytes_per_step][,memory_per_gpu_bytes]"),
         click.option("--infeasible", type=click.Choice(["fail", "constraint"]), default="fail",
                      help="out-of-memory trials: failed with reason, or an Optuna constraint"),
         click.option("--json", "as_json", is_flag=True),
@@ -168,6 +170,10 @@ def _print_study(d):
         t, sp = d[f"{name}_iteration_time_s"], d[f"speedup_vs_{name}"]
         if t is not None:
             click.echo(f"  vs {name:<10} {t:.4f} s  speedup {100 * sp:+.1f}%")
+    if d.get("pareto_front"):
+        click.echo(f"Pareto front over {', '.join(d['objectives'])}: {len(d['pareto_front'])} configurations")
+        for p in d["pareto_front"][:10]:
+            click.echo("  " + "  ".join(f"{k}={v:.4g}" for k, v in p["objectives"].items()))
     if d.get("mlflow_run_id"):
         click.echo(f"MLflow run {d['mlflow_run_id']}")
     for e in d.get("tracking_errors") or []:
@@ -179,14 +185,15 @@ def _print_study(d):
 @click.option("--strategy", default="tpe", help="tpe, cmaes, gp, nsga2, random, exhaustive, ppo, production, sota")
 @click.option("--seed", type=int, default=0)
 @_study_options
-def study(strategy, seed, trials, storage, study_name, tracking_uri, backend, trial_timeout, no_tracking, infeasible,
-          as_json, **kw):
+def study(strategy, seed, trials, storage, study_name, tracking_uri, backend, trial_timeout, no_tracking, objectives,
+          infeasible, as_json, **kw):
     """Run or resume a tuning study; every trial goes to the storage and to MLflow."""
     from .study import StudyRunner
     scen = _scenario(kw)
     runner = StudyRunner(scen, strategy=strategy, trials=trials, storage=storage, study_name=study_name,
                          tracking_uri=tracking_uri, seed=seed, backend=backend, trial_timeout_s=trial_timeout,
-                         track=not no_tracking, progress=not as_json and sys.stderr.isatty(), infeasible=infeasible)
+                         track=not no_tracking, progress=not as_json and sys.stderr.isatty(), infeasible=infeasible,
+                         objectives=tuple(o.strip() for o in objectives.split(",") if o.strip()))
     _emit(runner.run(), as_json, _print_study)
 
 

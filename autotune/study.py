@@ -31,6 +31,9 @@ from .strategies.registry import make_strategy
 from .tracking import Tracker, mask_uri
 
 DEFAULT_STORAGE = "sqlite:///autotune.db"
+OBJECTIVES = ("iteration_time_s", "xb_bytes_per_step", "memory_per_gpu_bytes")
+"""Minimised objectives a study may ask for; more than one makes it multi-objective (Pareto front;
+NSGA-II or TPE). Memory per GPU stands for memory headroom (less used = more headroom)."""
 INFEASIBLE_MODES = ("fail", "constraint")
 """How an out-of-memory configuration enters the study: a failed trial with its reason (default;
 measured better for multivariate TPE on this space, see README), or an Optuna constraint whose
@@ -128,7 +131,7 @@ class StudyRunner:
                  backend: str = "costmodel", trial_timeout_s: float | None = None, track: bool = True,
                  seed_baselines: bool = True, strategy_options: dict | None = None, progress: bool = False,
                  infeasible: str = "fail", baselines: tuple = ("production", "sota"),
-                 known_baselines: dict | None = None):
+                 known_baselines: dict | None = None, objectives: tuple = ("iteration_time_s",)):
         if trials is None or trials <= 0:
             raise UserInputError("--trials", trials, "a positive integer")
         self.scenario, self.trials, self.seed = scenario, int(trials), int(seed)
@@ -151,6 +154,12 @@ class StudyRunner:
         self.infeasible = infeasible
         self.baseline_names = tuple(baselines)
         self.known_baselines = known_baselines
+        objectives = tuple(objectives)
+        bad = [o for o in objectives if o not in OBJECTIVES]
+        if bad or not objectives or objectives[0] != "iteration_time_s" or len(set(objectives)) != len(objectives):
+            raise UserInputError("--objectives", ",".join(objectives),
+                                 "iteration_time_s first, then optionally " + " and/or ".join(OBJECTIVES[1:]))
+        self.objectives = objectives
 
     # ------------------------------------------------------------------ setup
     def _open_study(self) -> optuna.Study:
@@ -158,7 +167,7 @@ class StudyRunner:
         sampler = make_sampler(self.strategy.sampler_name, self.seed)
         try:
             study = optuna.create_study(study_name=self.study_name, storage=storage, sampler=sampler,
-                                        direction="minimize", load_if_exists=True)
+                                        directions=["minimize"] * len(self.objectives), load_if_exists=True)
         except Exception as e:  # noqa: BLE001
             raise UserInputError("--storage", mask_uri(self.storage_url), f"a reachable database ({type(e).__name__})") from None
         attrs = study.user_attrs
@@ -166,6 +175,9 @@ class StudyRunner:
         if "scenario_key" in attrs and attrs["scenario_key"] != key:
             raise UserInputError("--study-name", self.study_name,
                                  "a new name: a study of that name exists with a different scenario")
+        if "objectives" in attrs and tuple(attrs["objectives"]) != self.objectives:
+            raise UserInputError("--study-name", self.study_name,
+                                 f"a new name: that study optimises {','.join(attrs['objectives'])}")
         if "strategy" in attrs and attrs["strategy"] != self.strategy.name:
             raise UserInputError("--study-name", self.study_name,
                                  f"a new name: that study was run with strategy {attrs['strategy']!r}")
@@ -175,6 +187,7 @@ class StudyRunner:
             study.set_user_attr("strategy", self.strategy.name)
             study.set_user_attr("seed", self.seed)
             study.set_user_attr("backend", self.backend_name)
+            study.set_user_attr("objectives", list(self.objectives))
         return study
 
     def _baselines(self, study) -> dict:
@@ -259,7 +272,7 @@ class StudyRunner:
                 bar.close()
             if tracker is not None:
                 self._finish_tracking(study, base, tracker, status)
-        self.last_values = [t.value if t.state == optuna.trial.TrialState.COMPLETE and t.user_attrs.get("feasible")
+        self.last_values = [t.values[0] if t.state == optuna.trial.TrialState.COMPLETE and t.user_attrs.get("feasible")
                             else None for t in study.trials]
         return self._summary(study, base, tracker, time.perf_counter() - t0)
 
@@ -279,14 +292,26 @@ class StudyRunner:
             frozen = study.tell(trial, state=optuna.trial.TrialState.FAIL)
         else:
             trial.set_constraint(CONSTRAINT_KEY, deficit / self.hbm_bytes if not m.feasible else 0.0)
-            frozen = study.tell(trial, m.iteration_time_s)
+            values = [m.iteration_time_s]
+            for o in self.objectives[1:]:
+                v = m.extra.get(o)
+                if v is None or not math.isfinite(float(v)):
+                    values = None
+                    break
+                values.append(float(v))
+            if values is None:
+                trial.set_user_attr("reason", f"backend {self.backend_name!r} does not report {self.objectives[1:]}")
+                frozen = study.tell(trial, state=optuna.trial.TrialState.FAIL)
+            else:
+                trial.set_user_attr("objectives", dict(zip(self.objectives, values)))
+                frozen = study.tell(trial, values if len(values) > 1 else values[0])
         self.strategy.observe(Observation(trial.params, cfg, m.iteration_time_s, bool(m.feasible and not m.failed)))
         if tracker is not None:
             self._track(tracker, study.trials[frozen.number] if not hasattr(frozen, "user_attrs") else frozen, base)
 
     def _track(self, tracker, t, base):
         cfg = t.user_attrs.get("config") or {}
-        value = t.value if t.state == optuna.trial.TrialState.COMPLETE else None
+        value = t.values[0] if t.state == optuna.trial.TrialState.COMPLETE else None
         feasible = bool(t.user_attrs.get("feasible", False)) and value is not None
         metrics = {"feasible": float(feasible)}
         if value is not None:
@@ -297,15 +322,34 @@ class StudyRunner:
                     metrics[f"speedup_vs_{name}"] = b / value - 1.0
         for k, v in (t.user_attrs.get("breakdown") or {}).items():
             metrics[k] = v
+        for k, v in (t.user_attrs.get("objectives") or {}).items():
+            metrics[k] = v
         tags = {"autotune.state": t.state.name}
         if t.user_attrs.get("reason"):
             tags["autotune.reason"] = t.user_attrs["reason"][:500]
         tracker.log_trial(t.number, cfg, metrics, tags)
 
+    def _feasible(self, study):
+        return [t for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+                if t.user_attrs.get("feasible") and t.values]
+
     def _best(self, study):
-        ok = [t for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
-              if t.user_attrs.get("feasible") and t.value is not None]
-        return min(ok, key=lambda t: t.value) if ok else None
+        """Fastest feasible trial (the first objective)."""
+        ok = self._feasible(study)
+        return min(ok, key=lambda t: t.values[0]) if ok else None
+
+    def _pareto(self, study) -> list[dict]:
+        """Non-dominated feasible trials over all objectives (minimised)."""
+        ok = self._feasible(study)
+        front = [t for t in ok if not any(all(a <= b for a, b in zip(o.values, t.values)) and o.values != t.values
+                                          for o in ok)]
+        seen, out = set(), []
+        for t in sorted(front, key=lambda t: t.values):
+            key = tuple(t.values)
+            if key not in seen:
+                seen.add(key)
+                out.append({"config": t.user_attrs["config"], "objectives": dict(zip(self.objectives, t.values))})
+        return out
 
     def _finish_tracking(self, study, base, tracker, status):
         best = self._best(study)
@@ -314,13 +358,13 @@ class StudyRunner:
             if best is not None:
                 p = Path(tmp) / "best_config.yaml"
                 p.write_text(yaml.safe_dump({"best_config": best.user_attrs["config"],
-                                             "iteration_time_s": best.value,
+                                             "iteration_time_s": best.values[0],
                                              "baselines": {k: v["config"] for k, v in base.items()}}, sort_keys=False))
                 tracker.log_artifact(str(p))
-                metrics["best_iteration_time_s"] = best.value
+                metrics["best_iteration_time_s"] = best.values[0]
             try:
                 from .report import breakdown_plot, convergence_plot
-                values = [t.value if t.state == optuna.trial.TrialState.COMPLETE and t.user_attrs.get("feasible")
+                values = [t.values[0] if t.state == optuna.trial.TrialState.COMPLETE and t.user_attrs.get("feasible")
                           else None for t in study.trials]
                 p1 = Path(tmp) / "convergence.png"
                 convergence_plot(values, p1, self.study_name,
@@ -337,7 +381,7 @@ class StudyRunner:
             for name in ("production", "sota"):
                 b = base[name]["iteration_time_s"]
                 if best is not None and b and math.isfinite(b):
-                    metrics[f"speedup_vs_{name}"] = b / best.value - 1.0
+                    metrics[f"speedup_vs_{name}"] = b / best.values[0] - 1.0
             tracker.log_study(metrics=metrics)
             tracker.flush(status)       # artifacts are uploaded before the temp dir goes
 
@@ -345,7 +389,7 @@ class StudyRunner:
         best = self._best(study)
         states = [t.state for t in study.trials]
         prod, sota = base["production"]["iteration_time_s"], base["sota"]["iteration_time_s"]
-        bt = best.value if best else math.nan
+        bt = best.values[0] if best else math.nan
 
         def speedup(b):
             return b / bt - 1.0 if best and b and math.isfinite(b) else None
@@ -362,7 +406,8 @@ class StudyRunner:
             "mlflow_run_id": tracker.parent_id if tracker else None,
             "tracking_errors": tracker.errors if tracker else [],
             "study_name": self.study_name, "storage": mask_uri(self.storage_url),
-            "strategy": self.strategy.name, "elapsed_s": elapsed,
+            "strategy": self.strategy.name, "elapsed_s": elapsed, "objectives": list(self.objectives),
+            **({"pareto_front": self._pareto(study)} if len(self.objectives) > 1 else {}),
         }
 
 

@@ -104,3 +104,20 @@ def test_faulty_backend_trials_fail_with_reasons_and_the_study_finishes(uris):
     reasons = " | ".join(t.user_attrs.get("reason", "") for t in st.trials)
     for needle in ("segfaulted", "invalid iteration time", "timed out"):
         assert needle in reasons
+
+
+def test_multi_objective_study_reports_a_pareto_front(uris):
+    storage, _ = uris
+    r = run_study("llama3-8b", "metro-2bldg", strategy="nsga2", trials=40, storage=storage, track=False,
+                  objectives=("iteration_time_s", "xb_bytes_per_step"))
+    front = r["pareto_front"]
+    assert front and r["objectives"] == ["iteration_time_s", "xb_bytes_per_step"]
+    for a in front:      # no point of the front dominates another
+        for b in front:
+            if a is not b:
+                va, vb = list(a["objectives"].values()), list(b["objectives"].values())
+                assert not (all(x <= y for x, y in zip(va, vb)) and va != vb)
+    assert min(p["objectives"]["iteration_time_s"] for p in front) == pytest.approx(r["best_iteration_time_s"])
+    with pytest.raises(UserInputError):
+        run_study("llama3-8b", "metro-2bldg", strategy="nsga2", trials=5, storage=storage, track=False,
+                  objectives=("xb_bytes_per_step",))
