@@ -17,7 +17,8 @@ SUPPORTS_CONSTRAINTS = {"tpe", "gp", "nsga2"}
 def make_sampler(name: str, seed: int, n_objectives: int = 1):
     if name == "tpe":
         # multivariate over a flat, always-sampled space (SEARCH.md); startup trials sized to it
-        return optuna.samplers.TPESampler(seed=seed, multivariate=True, n_startup_trials=20, n_ei_candidates=48)
+        return optuna.samplers.TPESampler(seed=seed, multivariate=True, n_startup_trials=STARTUP_TRIALS,
+                                          n_ei_candidates=48)
     if name == "cmaes":
         return optuna.samplers.CmaEsSampler(seed=seed, with_margin=True, n_startup_trials=10)
     if name == "gp":
@@ -27,9 +28,30 @@ def make_sampler(name: str, seed: int, n_objectives: int = 1):
     return optuna.samplers.RandomSampler(seed=seed)
 
 
+STARTUP_TRIALS = 20
+
+
 @dataclass
 class OptunaStrategy(Strategy):
+    """The study's Optuna sampler proposes. For TPE the start-up trials are drawn uniformly from
+    the legal space (index vectors drawn uniformly are not uniform over legal configurations
+    once decoded), then TPE models them."""
     name: str = "tpe"
+    legal_startup: bool = True
 
     def __post_init__(self):
         self.sampler_name = self.name
+
+    def bind(self, space, encoding, seed):
+        super().bind(space, encoding, seed)
+        import numpy as np
+        self._rng = np.random.default_rng(seed)
+        self._proposed = 0
+
+    def propose(self):
+        if self.name != "tpe" or not self.legal_startup or self._proposed >= STARTUP_TRIALS:
+            return None
+        from ..space import config_at
+        self._proposed += 1
+        b = self.space.sample(1, seed=int(self._rng.integers(0, 2**63 - 1)))
+        return self.encoding.encode(config_at(b, 0))
