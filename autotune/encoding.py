@@ -16,7 +16,6 @@ import numpy as np
 from .space import SearchSpace, config_at, take
 from .specs.config import CATEGORICAL, Config
 
-DEGREES = ("tp", "cp", "ep")
 CORE = ("placement", "dp_flavour", "pp_schedule", "pp_chunks", "micro_batch", "recompute")
 TRANSPORT = ("xb_load_balancing", "xb_queue_pairs", "xb_loss_recovery", "collective")
 

@@ -85,12 +85,6 @@ def group_coefficients(algo, n_in, n_x, bw_in, alpha_in, bw_x_ring, bw_x_all, al
     return GroupCoefficients(a1, lat1, x1, a2, lat2, x2)
 
 
-def collective_time(algo, f, size_bytes, n_in, n_x, bw_in, alpha_in, bw_x_ring, bw_x_all, alpha_x, xp=NUMPY):
-    """Time of one collective and the bytes each GPU sends across buildings."""
-    g = group_coefficients(algo, n_in, n_x, bw_in, alpha_in, bw_x_ring, bw_x_all, alpha_x, xp)
-    return g.time(int(f), size_bytes), g.xb_bytes(int(f), size_bytes)
-
-
 def all_to_all_time(size_bytes, n, bw, alpha, xp=NUMPY):
     """All-to-all of ``size_bytes`` per GPU among n: (n-1)/n of it leaves the GPU, pairwise
     exchanges run concurrently: (n-1)/n S / beta + alpha (latency of the last exchange)."""

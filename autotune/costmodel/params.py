@@ -4,7 +4,6 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields, replace
 from functools import lru_cache
 from importlib import resources
-from pathlib import Path
 
 import yaml
 
@@ -37,13 +36,6 @@ class CostParams:
 
     def to_dict(self) -> dict:
         return asdict(self)
-
-
-def load_params(path: str | Path | None = None) -> CostParams:
-    if path is None:
-        return default_params()
-    data = yaml.safe_load(Path(path).read_text()) or {}
-    return CostParams(**{k: float(v) for k, v in (data.get("params") or data).items() if k in CostParams.names()})
 
 
 @lru_cache(maxsize=1)
