@@ -256,12 +256,12 @@ class StudyRunner:
                 if self.strategy.max_trials is not None and len(self.strategy.history) >= self.strategy.max_trials \
                         and finished > 0:
                     break
-                params = self.strategy.propose()
+                waiting = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,))
+                params = None if waiting else self.strategy.propose()   # a crash can leave one queued
                 if params is not None:
                     study.enqueue_trial(params, user_attrs={"source": self.strategy.name})
-                elif self.strategy.sampler_name == "random" and self.strategy.name not in ("random",):
-                    if not any(t.state == optuna.trial.TrialState.WAITING for t in study.trials):
-                        break   # a fixed strategy with nothing left to propose
+                elif not waiting and self.strategy.sampler_name == "random" and self.strategy.name != "random":
+                    break   # a fixed strategy with nothing left to propose
                 trial = study.ask(self.distributions)
                 self._run_trial(study, trial, base, tracker)
         except KeyboardInterrupt:

@@ -1,0 +1,71 @@
+"""A study killed with SIGKILL mid-trial and resumed by name loses no finished trial and counts
+none twice, in Optuna and in MLflow."""
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import optuna
+from mlflow.tracking import MlflowClient
+
+SLOW_BACKEND = (
+    "import time\n"
+    "from autotune.backends import CostModelBackend\n"
+    "class Slow(CostModelBackend):\n"
+    "    name = 'slow'\n"
+    "    def measure(self, scenario, config):\n"
+    "        time.sleep(0.25)\n"
+    "        return super().measure(scenario, config)\n")
+
+
+def _plugin(tmp_path):
+    (tmp_path / "slow_backend.py").write_text(SLOW_BACKEND)
+    d = tmp_path / "slow_backend-0.1.dist-info"
+    d.mkdir()
+    (d / "METADATA").write_text("Metadata-Version: 2.1\nName: slow-backend\nVersion: 0.1\n")
+    (d / "entry_points.txt").write_text("[autotune.backends]\nslow = slow_backend:Slow\n")
+    return dict(os.environ, PYTHONPATH=str(tmp_path) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+                PYTHONWARNINGS="ignore")
+
+
+def test_sigkill_then_resume(tmp_path):
+    env = _plugin(tmp_path)
+    storage, tracking = f"sqlite:///{tmp_path}/s.db", f"sqlite:///{tmp_path}/m.db"
+    args = [sys.executable, "-m", "autotune.cli", "study", "--model", "llama3-8b", "--cluster", "single-building",
+            "--strategy", "random", "--trials", "30", "--backend", "slow", "--storage", storage,
+            "--tracking-uri", tracking, "--study-name", "crash", "--json"]
+    p = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.time() + 120
+    done = 0
+    while time.time() < deadline and done < 8:
+        time.sleep(0.5)
+        try:
+            st = optuna.load_study(study_name="crash", storage=storage)
+            done = sum(t.state == optuna.trial.TrialState.COMPLETE for t in st.trials)
+        except Exception:  # noqa: BLE001 - the study may not exist yet
+            pass
+    os.kill(p.pid, signal.SIGKILL)
+    p.wait()
+    assert done >= 8, p.stderr.read().decode()[-2000:]
+    before = {t.number: t.values for t in optuna.load_study(study_name="crash", storage=storage).trials
+              if t.state == optuna.trial.TrialState.COMPLETE}
+    r = subprocess.run(args, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    st = optuna.load_study(study_name="crash", storage=storage)
+    complete = {t.number: t.values for t in st.trials if t.state == optuna.trial.TrialState.COMPLETE}
+    for n, v in before.items():            # nothing finished before the kill was lost or changed
+        assert complete[n] == v
+    finished = [t for t in st.trials if t.state.is_finished()]
+    assert len(finished) == 30             # the resumed study reaches its budget
+    running = [t for t in st.trials if t.state == optuna.trial.TrialState.RUNNING]
+    assert len(running) <= 1               # the trial killed mid-flight is never counted as done
+    assert not [t for t in st.trials if t.state == optuna.trial.TrialState.WAITING]   # queue drained
+    c = MlflowClient(tracking)
+    exp = c.get_experiment_by_name("autotune")
+    parents = c.search_runs([exp.experiment_id], filter_string="tags.`autotune.role` = 'study'")
+    assert len(parents) == 1
+    kids = c.search_runs([exp.experiment_id], filter_string=f"tags.`mlflow.parentRunId` = '{parents[0].info.run_id}'",
+                         max_results=1000)
+    numbers = sorted(int(k.data.tags["autotune.trial"]) for k in kids)
+    assert numbers == sorted(t.number for t in finished)     # each finished trial logged exactly once
