@@ -70,10 +70,21 @@ def _tune_sqlite() -> None:
     _SQLITE_TUNED = True
 
 
+def _driver_url(url: str) -> str:
+    """``postgresql://`` means psycopg2 to SQLAlchemy; autotune ships psycopg 3."""
+    if url.startswith(("postgresql://", "postgres://")):
+        try:
+            import psycopg2  # noqa: F401
+        except ImportError:
+            return "postgresql+psycopg://" + url.split("://", 1)[1]
+    return url
+
+
 def _storage(url: str):
     _tune_sqlite()
     if url == "memory":
         return optuna.storages.InMemoryStorage()
+    url = _driver_url(url)
     try:
         if url.startswith("sqlite:///"):
             path = Path(url[len("sqlite:///"):])
