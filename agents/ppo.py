@@ -10,11 +10,9 @@
 from __future__ import annotations
 
 import json
-import math
 import time
 from pathlib import Path
 
-import numpy as np
 
 from envs.design_points import DesignPointSet, make_point
 from envs.scale_across import ACTION_SIZES, ScaleAcrossEnv
@@ -87,4 +85,3 @@ if __name__ == "__main__":
     a = ap.parse_args()
     print(json.dumps({k: v for k, v in train(a.steps, a.points, a.seed, Path(a.out), verbose=0).items()
                       if k != "train_scenarios"}, indent=2))
-    _ = math

@@ -1,7 +1,6 @@
 """The ``autotune`` command line: parse, call the library, print (human or --json)."""
 from __future__ import annotations
 
-import functools
 import json
 import sys
 

@@ -15,7 +15,7 @@ from functools import cached_property
 import numpy as np
 
 from .errors import UserInputError
-from .specs.config import CATEGORICAL, FIELDS, INTEGER, PP_SCHEDULES, Config
+from .specs.config import CATEGORICAL, FIELDS, PP_SCHEDULES, Config
 from .specs.scenario import Scenario
 
 ConfigBatch = dict  # field name -> np.ndarray

@@ -10,9 +10,7 @@ reason. No fake large value ever enters the study.
 from __future__ import annotations
 
 import concurrent.futures as cf
-import json
 import math
-import os
 import tempfile
 import time
 from pathlib import Path

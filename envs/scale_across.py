@@ -19,7 +19,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from autotune.backends import CostModelBackend, Measurement, get_backend
+from autotune.backends import Measurement, get_backend
 
 from .design_points import N_FEATURES, DesignPointSet
 

@@ -65,7 +65,7 @@ def group_coefficients(algo, n_in, n_x, bw_in, alpha_in, bw_x_ring, bw_x_all, al
     frac_x = (n_x - 1.0) / n_x
     shard_x = spans * frac_x / (n_in * bw_x_all)          # seconds per byte of S, cross part
     is_ring, is_tree = algo == COLL_RING, algo == COLL_TREE
-    is_hier, is_hd = algo == COLL_HIER, algo == COLL_HD
+    is_hier = algo == COLL_HIER
     ring_a, ring_lat = frac_n / bw_min, (n - 1.0) * a_max
     hier_a = frac_in / bw_in + shard_x
     hier_lat = (n_in - 1.0) * alpha_in + spans * (n_x - 1.0) * alpha_x

@@ -6,6 +6,8 @@ arithmetic; no Python loop runs per configuration. ``evaluate`` is this path wit
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from ..specs.config import CATEGORICAL, FIELDS
@@ -18,6 +20,9 @@ from .pipeline import (S_DUALPIPEV, S_GPIPE, S_ZBV, bubble_time, chain_hops,
                        in_flight_microbatches)
 from .scenario_consts import scenario_consts, tier_of_span
 from .xp import NUMPY, SCALAR
+
+if TYPE_CHECKING:
+    from .result import Evaluation
 
 P_DP_OUT, P_PP_OUT, P_HYBRID, P_EP_OUT, P_CP_OUT = range(5)
 F_DDP, F_ZERO1, F_FSDP, F_HSDP = range(4)
