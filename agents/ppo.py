@@ -17,7 +17,7 @@ from pathlib import Path
 from envs.design_points import DesignPointSet, make_point
 from envs.scale_across import ACTION_SIZES, ScaleAcrossEnv
 
-DEFAULT_POLICY = Path("agents/policies/ppo_scale_across.zip")
+DEFAULT_POLICY = Path(__file__).resolve().parent / "policies" / "ppo_scale_across.zip"
 
 
 def train(total_steps: int = 60_000, n_points: int = 24, seed: int = 0, out: Path = DEFAULT_POLICY,

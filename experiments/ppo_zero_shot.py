@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from agents.ppo import load, propose, train
+from agents.ppo import DEFAULT_POLICY, load, propose, train
 from autotune.costmodel import evaluate
 from autotune.strategies.exhaustive import exhaustive_search
 from envs.design_points import DesignPointSet
@@ -29,7 +29,7 @@ def main():
     ap.add_argument("--test-points", type=int, default=8)
     ap.add_argument("--samples", type=int, default=16, help="policy samples for the refined figure")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--policy", default="agents/policies/ppo_scale_across.zip")
+    ap.add_argument("--policy", default=str(DEFAULT_POLICY))
     ap.add_argument("--skip-train", action="store_true")
     ap.add_argument("--out", default="experiments/out/ppo_zero_shot.json")
     a = ap.parse_args()
