@@ -48,7 +48,8 @@ def baselines_of(scenario: Scenario, names=("production", "sota")) -> dict:
 
 def run_strategy_curves(scenario: Scenario, strategy: str, budget: int, seeds: int, optimum: float,
                         progress=None, strategy_options=None, infeasible: str = "fail",
-                        seed_baselines: bool = False, known_baselines: dict | None = None) -> dict:
+                        seed_baselines: bool = False, known_baselines: dict | None = None,
+                        **runner_options) -> dict:
     """Each seed is a fresh in-memory study started from the production configuration (and, with
     ``seed_baselines``, the sota configuration too, as ``autotune study`` does by default)."""
     from .study import StudyRunner
@@ -57,7 +58,7 @@ def run_strategy_curves(scenario: Scenario, strategy: str, budget: int, seeds: i
         runner = StudyRunner(scenario, strategy=strategy, trials=budget, storage="memory",
                              study_name=f"compare-{strategy}-{seed}", seed=seed, track=False,
                              seed_baselines=seed_baselines, strategy_options=strategy_options,
-                             infeasible=infeasible, known_baselines=known_baselines)
+                             infeasible=infeasible, known_baselines=known_baselines, **runner_options)
         r = runner.run()
         vals = runner.last_values
         curve = best_so_far(vals)

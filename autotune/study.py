@@ -33,9 +33,9 @@ OBJECTIVES = ("iteration_time_s", "xb_bytes_per_step", "memory_per_gpu_bytes")
 """Minimised objectives a study may ask for; more than one makes it multi-objective (Pareto front;
 NSGA-II or TPE). Memory per GPU stands for memory headroom (less used = more headroom)."""
 INFEASIBLE_MODES = ("fail", "constraint")
-"""How an out-of-memory configuration enters the study: a failed trial with its reason (default;
-measured better for multivariate TPE on this space, see README), or an Optuna constraint whose
-value is the memory deficit over HBM (samplers that take constraints: tpe, gp, nsga2)."""
+"""How an out-of-memory configuration enters the study: a failed trial with its reason (default),
+or an Optuna constraint whose value is the memory deficit over HBM (samplers that take
+constraints: tpe, gp, nsga2). Within seed noise of each other for TPE (experiments/tpe_ablation.py)."""
 DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -101,14 +101,13 @@ UNORDERED = ("placement", "dp_flavour", "pp_schedule", "recompute", "xb_load_bal
 CATEGORICAL_SAMPLERS = ("tpe", "nsga2", "random")
 
 
-def distributions_for(encoding, sampler_name: str) -> dict:
+def distributions_for(encoding, sampler_name: str, categorical_unordered: bool = True) -> dict:
     """Static, always-sampled parameters: unordered knobs categorical for samplers that model
-    categories (TPE, NSGA-II); integers elsewhere (CMA-ES and GP need numbers). Measured on
-    llama4-maverick x campus-5bldg (300 trials, 5 seeds): TPE median gap 5.6% categorical vs
-    29.4% all-integer (README)."""
+    categories (TPE, NSGA-II); integers elsewhere (CMA-ES and GP need numbers). Measured with
+    experiments/tpe_ablation.py on llama4-maverick x campus-5bldg: 4.07% vs 4.77% all-integer."""
     out = {}
     for k, n in zip(encoding.names, encoding.sizes):
-        if k in UNORDERED and sampler_name in CATEGORICAL_SAMPLERS:
+        if categorical_unordered and k in UNORDERED and sampler_name in CATEGORICAL_SAMPLERS:
             out[k] = optuna.distributions.CategoricalDistribution(list(range(n)))
         else:
             out[k] = optuna.distributions.IntDistribution(0, n - 1)
@@ -140,7 +139,8 @@ class StudyRunner:
                  backend: str = "costmodel", trial_timeout_s: float | None = None, track: bool = True,
                  seed_baselines: bool = True, strategy_options: dict | None = None, progress: bool = False,
                  infeasible: str = "fail", baselines: tuple = ("production", "sota"),
-                 known_baselines: dict | None = None, objectives: tuple = ("iteration_time_s",)):
+                 known_baselines: dict | None = None, objectives: tuple = ("iteration_time_s",),
+                 categorical_unordered: bool = True):
         if trials is None or trials <= 0:
             raise UserInputError("--trials", trials, "a positive integer")
         self.scenario, self.trials, self.seed = scenario, int(trials), int(seed)
@@ -156,7 +156,7 @@ class StudyRunner:
         self.study_name = study_name or f"{scenario.model.name}-{scenario.cluster.name}-{strategy}-seed{seed}"
         self.space = SearchSpace(scenario)
         self.encoding = FlatEncoding(self.space)
-        self.distributions = distributions_for(self.encoding, self.strategy.sampler_name)
+        self.distributions = distributions_for(self.encoding, self.strategy.sampler_name, categorical_unordered)
         self.hbm_bytes = min(b.gpu.hbm_bytes for b in scenario.cluster.buildings)
         if infeasible not in INFEASIBLE_MODES:
             raise UserInputError("--infeasible", infeasible, " or ".join(INFEASIBLE_MODES))

@@ -11,7 +11,7 @@ NAMES = ("random", "exhaustive", "production", "sota", "ppo") + OPTUNA
 
 def make_strategy(name: str, **options):
     if name in OPTUNA:
-        return OptunaStrategy(name=name)
+        return OptunaStrategy(name=name, **options)
     if name == "random":
         return RandomStrategy()
     if name == "exhaustive":
