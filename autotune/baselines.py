@@ -64,3 +64,23 @@ def sota_config(scenario: Scenario, space: SearchSpace | None = None) -> Config 
         kw = dict(cp_values=space.cp_values, micro_batches=space.micro_batches, chunks=space.chunks,
                   queue_pairs=space.queue_pairs, overlap=space.overlap, schedules=space.schedules)
     return exhaustive_search(SearchSpace(blind, **kw)).best_config
+
+
+def measure_baselines(scenario: Scenario, space: SearchSpace, names=("production", "sota"), measure=None) -> dict:
+    """{name: {config, iteration_time_s, breakdown}} for the named baselines; ``measure`` maps a
+    config to a Measurement (default: the cost model). A missing or infeasible baseline is NaN."""
+    import math
+    if measure is None:
+        from .backends import CostModelBackend
+        backend = CostModelBackend()
+        measure = lambda cfg: backend.measure(scenario, cfg)  # noqa: E731
+    out = {}
+    for name, make in (("production", production_config), ("sota", sota_config)):
+        cfg = make(scenario, space) if name in names else None
+        if cfg is None:
+            out[name] = {"config": None, "iteration_time_s": math.nan}
+            continue
+        m = measure(cfg)
+        out[name] = {"config": cfg.model_dump(), "iteration_time_s": m.iteration_time_s if m.feasible else math.nan,
+                     "breakdown": m.breakdown}
+    return out

@@ -40,10 +40,9 @@ def _median_or_none(xs):
 
 
 def baselines_of(scenario: Scenario, names=("production", "sota")) -> dict:
-    """Baseline configurations and their cost-model times, computed once."""
-    from .study import StudyRunner
-    r = StudyRunner(scenario, strategy="random", trials=1, storage="memory", track=False, baselines=names)
-    return r._baselines(r._open_study())
+    """Baseline configurations and their cost-model times, computed once per comparison."""
+    from .baselines import measure_baselines
+    return measure_baselines(scenario, SearchSpace(scenario), names)
 
 
 def run_strategy_curves(scenario: Scenario, strategy: str, budget: int, seeds: int, optimum: float,

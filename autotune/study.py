@@ -201,7 +201,7 @@ class StudyRunner:
 
     def _baselines(self, study) -> dict:
         """Production and sota configurations and their times, computed once per study."""
-        from .baselines import production_config, sota_config
+        from .baselines import measure_baselines
         attrs = study.user_attrs
         if self.known_baselines is not None and "baselines" not in attrs:
             study.set_user_attr("baselines", self.known_baselines)
@@ -209,18 +209,8 @@ class StudyRunner:
         if "baselines" in attrs and all(attrs["baselines"][n]["config"] for n in self.baseline_names
                                         if n in attrs["baselines"]):
             return attrs["baselines"]
-        out = {}
-        for name, make in (("production", production_config), ("sota", sota_config)):
-            if name not in self.baseline_names:
-                out[name] = {"config": None, "iteration_time_s": math.nan}
-                continue
-            cfg = make(self.scenario, self.space)
-            if cfg is None:
-                out[name] = {"config": None, "iteration_time_s": math.nan}
-                continue
-            m = _measure(self.backend, self.scenario, cfg, self.trial_timeout_s)
-            out[name] = {"config": cfg.model_dump(), "iteration_time_s": m.iteration_time_s if m.feasible else math.nan,
-                         "breakdown": m.breakdown}
+        out = measure_baselines(self.scenario, self.space, self.baseline_names,
+                                lambda cfg: _measure(self.backend, self.scenario, cfg, self.trial_timeout_s))
         study.set_user_attr("baselines", out)
         return out
 
