@@ -144,6 +144,8 @@ def _study_options(f):
         click.option("--study-name", "study_name", default=None),
         click.option("--tracking-uri", "tracking_uri", default=None, help="MLflow URI (default sqlite:///mlflow.db)"),
         click.option("--backend", default="costmodel", help="measurement backend (entry points: autotune.backends)"),
+        click.option("--backend-option", "backend_options", multiple=True,
+                     help="key=value passed to the backend, e.g. template='srun ./train.sh {torchtitan_args}'"),
         click.option("--trial-timeout", "trial_timeout", type=float, default=None, help="seconds per trial"),
         click.option("--no-tracking", is_flag=True, help="do not log to MLflow"),
         click.option("--objectives", default="iteration_time_s",
@@ -184,16 +186,27 @@ def _print_study(d):
 @click.option("--strategy", default="tpe", help="tpe, cmaes, gp, nsga2, random, exhaustive, ppo, production, sota")
 @click.option("--seed", type=int, default=0)
 @_study_options
-def study(strategy, seed, trials, storage, study_name, tracking_uri, backend, trial_timeout, no_tracking, objectives,
-          infeasible, as_json, **kw):
+def study(strategy, seed, trials, storage, study_name, tracking_uri, backend, backend_options, trial_timeout,
+          no_tracking, objectives, infeasible, as_json, **kw):
     """Run or resume a tuning study; every trial goes to the storage and to MLflow."""
     from .study import StudyRunner
     scen = _scenario(kw)
     runner = StudyRunner(scen, strategy=strategy, trials=trials, storage=storage, study_name=study_name,
-                         tracking_uri=tracking_uri, seed=seed, backend=backend, trial_timeout_s=trial_timeout,
+                         tracking_uri=tracking_uri, seed=seed, backend=backend,
+                         backend_options=_backend_options(backend_options), trial_timeout_s=trial_timeout,
                          track=not no_tracking, progress=not as_json and sys.stderr.isatty(), infeasible=infeasible,
                          objectives=tuple(o.strip() for o in objectives.split(",") if o.strip()))
     _emit(runner.run(), as_json, _print_study)
+
+
+def _backend_options(items) -> dict:
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise UserInputError("--backend-option", item, "key=value")
+        out[key.strip()] = value
+    return out
 
 
 @cli.command()
@@ -203,10 +216,12 @@ def study(strategy, seed, trials, storage, study_name, tracking_uri, backend, tr
 @click.option("--seed", type=int, default=None, help="default: derived from the process id")
 @click.option("--tracking-uri", "tracking_uri", default=None)
 @click.option("--backend", default=None)
+@click.option("--backend-option", "backend_options", multiple=True, help="key=value passed to the backend")
 @click.option("--trial-timeout", "trial_timeout", type=float, default=None)
 @click.option("--no-tracking", is_flag=True)
 @click.option("--json", "as_json", is_flag=True)
-def worker(study_name, storage, trials, seed, tracking_uri, backend, trial_timeout, no_tracking, as_json):
+def worker(study_name, storage, trials, seed, tracking_uri, backend, backend_options, trial_timeout, no_tracking,
+           as_json):
     """Join an existing study (same storage) and run trials until it has --trials."""
     import os
 
@@ -215,7 +230,8 @@ def worker(study_name, storage, trials, seed, tracking_uri, backend, trial_timeo
     scen, attrs = load_study_scenario(storage, study_name)
     runner = StudyRunner(scen, strategy=attrs["strategy"], trials=trials, storage=storage, study_name=study_name,
                          tracking_uri=tracking_uri, seed=seed if seed is not None else os.getpid(),
-                         backend=backend or attrs.get("backend", "costmodel"), trial_timeout_s=trial_timeout,
+                         backend=backend or attrs.get("backend", "costmodel"),
+                         backend_options=_backend_options(backend_options), trial_timeout_s=trial_timeout,
                          track=not no_tracking)
     _emit(runner.run(), as_json, _print_study)
 

@@ -9,9 +9,11 @@ reason. No fake large value ever enters the study.
 """
 from __future__ import annotations
 
-import concurrent.futures as cf
 import math
+import os
+import socket
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -114,20 +116,65 @@ def distributions_for(encoding, sampler_name: str, categorical_unordered: bool =
     return out
 
 
+OWNER = f"{socket.gethostname()}:{os.getpid()}"
+"""Who runs a trial: recorded on the trial so a resumed study can tell a dead run's trial
+from a live worker's."""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def fail_orphaned_trials(study) -> list[int]:
+    """Mark FAIL every RUNNING trial whose process (on this host) is gone: a trial interrupted
+    by a crash or SIGKILL is never counted as done and never left running for ever. Trials of
+    live workers and of other hosts are left alone."""
+    host = socket.gethostname()
+    failed = []
+    for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
+        owner = str(t.user_attrs.get("owner", ""))
+        h, _, pid = owner.rpartition(":")
+        if h != host or not pid.isdigit() or _alive(int(pid)):
+            continue
+        try:
+            study._storage.set_trial_user_attr(t._trial_id, "reason", f"interrupted: process {owner} died mid-trial")
+            study._storage.set_trial_state_values(t._trial_id, optuna.trial.TrialState.FAIL)
+            failed.append(t.number)
+        except (RuntimeError, optuna.exceptions.UpdateFinishedTrialError):
+            pass        # another worker got there first
+    return failed
+
+
 def _measure(backend, scenario, config, timeout_s: float | None) -> Measurement:
     """Measure with a deadline; exceptions and garbage become failures with their reason."""
+    box: dict = {}
+
     def call():
-        return backend.measure(scenario, config)
-    try:
-        if timeout_s:
-            with cf.ThreadPoolExecutor(max_workers=1) as ex:
-                m = ex.submit(call).result(timeout=timeout_s)
-        else:
-            m = call()
-    except cf.TimeoutError:
-        return Measurement.failure(f"timed out after {timeout_s:g} s")
-    except Exception as e:  # noqa: BLE001 - a backend's crash is a failed trial, not a crashed study
+        try:
+            box["m"] = backend.measure(scenario, config)
+        except BaseException as e:  # noqa: BLE001 - reported below as the trial's reason
+            box["e"] = e
+    if timeout_s:
+        # a daemon thread: a backend hung for good can neither block the study nor its exit
+        th = threading.Thread(target=call, name="autotune-measure", daemon=True)
+        th.start()
+        th.join(timeout_s)
+        if th.is_alive():
+            return Measurement.failure(f"timed out after {timeout_s:g} s")
+    else:
+        call()
+    if "e" in box:
+        e = box["e"]
+        if isinstance(e, KeyboardInterrupt):
+            raise e
         return Measurement.failure(f"backend raised {type(e).__name__}: {str(e)[:300]}")
+    m = box.get("m")
     if not isinstance(m, Measurement):
         return Measurement.failure(f"backend returned {type(m).__name__}, not a Measurement")
     return m.checked()
@@ -136,7 +183,7 @@ def _measure(backend, scenario, config, timeout_s: float | None) -> Measurement:
 class StudyRunner:
     def __init__(self, scenario: Scenario, strategy: str = "tpe", trials: int = 100, storage: str | None = None,
                  study_name: str | None = None, tracking_uri: str | None = None, seed: int = 0,
-                 backend: str = "costmodel", trial_timeout_s: float | None = None, track: bool = True,
+                 backend: str = "costmodel", backend_options: dict | None = None, trial_timeout_s: float | None = None, track: bool = True,
                  seed_baselines: bool = True, strategy_options: dict | None = None, progress: bool = False,
                  infeasible: str = "fail", baselines: tuple = ("production", "sota"),
                  known_baselines: dict | None = None, objectives: tuple = ("iteration_time_s",),
@@ -147,7 +194,7 @@ class StudyRunner:
         self.storage_url = storage or DEFAULT_STORAGE
         self.tracking_uri = tracking_uri or DEFAULT_TRACKING_URI
         self.strategy = make_strategy(strategy, **(strategy_options or {}))
-        self.backend = get_backend(backend) if isinstance(backend, str) else backend
+        self.backend = get_backend(backend, **(backend_options or {})) if isinstance(backend, str) else backend
         self.backend_name = backend if isinstance(backend, str) else getattr(backend, "name", type(backend).__name__)
         self.trial_timeout_s = trial_timeout_s
         self.track = track
@@ -222,6 +269,11 @@ class StudyRunner:
         if self.track:      # connect before any expensive work: a bad URI fails fast
             tracker = Tracker(self.tracking_uri, self.study_name, self.storage_url,
                               tags={"autotune.strategy": self.strategy.name, "autotune.scenario_key": self.scenario.key})
+        fail_orphaned_trials(study)
+        # interrupted trials are failed but do not use up the budget: the resumed study still
+        # reaches the number of finished trials it was asked for
+        n_interrupted = sum(1 for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.FAIL,))
+                            if str(t.user_attrs.get("reason", "")).startswith("interrupted"))
         base = self._baselines(study)
         self.strategy.bind(self.space, self.encoding, self.seed + len(study.trials))
         if tracker is not None:
@@ -246,7 +298,7 @@ class StudyRunner:
             done_states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.FAIL,
                            optuna.trial.TrialState.PRUNED)
             while True:
-                finished = study._storage.get_n_trials(study._study_id, state=done_states)
+                finished = study._storage.get_n_trials(study._study_id, state=done_states) - n_interrupted
                 if bar is not None:
                     bar.n = min(finished, self.trials)
                     bar.refresh()
@@ -276,6 +328,7 @@ class StudyRunner:
         return self._summary(study, base, tracker, time.perf_counter() - t0)
 
     def _run_trial(self, study, trial, base, tracker):
+        trial.set_user_attr("owner", OWNER)
         cfg = self.encoding.decode(trial.params)
         trial.set_user_attr("config", cfg.model_dump())
         m = _measure(self.backend, self.scenario, cfg, self.trial_timeout_s)

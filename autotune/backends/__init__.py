@@ -62,7 +62,12 @@ class CostModelBackend:
                                   "memory_per_gpu_bytes": e.memory_per_gpu_bytes})
 
 
-BUILTIN = {"costmodel": CostModelBackend}
+def _command_backend(**options):
+    from .command import CommandBackend
+    return CommandBackend(**options)
+
+
+BUILTIN = {"costmodel": CostModelBackend, "command": _command_backend}
 
 
 def available_backends() -> dict:
@@ -79,7 +84,11 @@ def get_backend(name: str, **options) -> Backend:
     target = found[name]
     if not isinstance(target, type) and hasattr(target, "load"):
         target = target.load()
-    backend = target(**options)
+    try:
+        backend = target(**options)
+    except TypeError as e:
+        raise UserInputError("--backend-option", ",".join(options) or "(none)",
+                             f"options that backend {name!r} accepts ({e})") from None
     if not hasattr(backend, "measure"):
         raise UserInputError("--backend", name, "a backend with a measure(scenario, config) method")
     return backend

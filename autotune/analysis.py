@@ -1,0 +1,120 @@
+"""Why one configuration beats another: the best configuration per group of a knob.
+
+``best_by(scenario, group=("placement",), where={"dp_flavour": ("hsdp",)})`` runs the exhaustive
+search over the legal rows that satisfy ``where`` and returns, for every value of the ``group``
+knobs, the fastest feasible configuration with its breakdown. "Best DP-out vs best PP-out" is
+``best_by(s, ("placement",), where={"placement": ("dp_out", "pp_out")})``. The experiments and
+the findings tests read the model only through this function.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from .costmodel.iteration import BREAKDOWN_KEYS, evaluate_batch
+from .costmodel.params import CostParams
+from .errors import UserInputError
+from .space import SearchSpace, config_at, take
+from .specs.config import CATEGORICAL, FIELDS
+from .specs.scenario import Scenario
+
+_TRANSPORT = ("xb_load_balancing", "xb_queue_pairs", "xb_loss_recovery", "collective")
+
+
+@dataclass(frozen=True)
+class GroupBest:
+    key: tuple
+    iteration_time_s: float
+    config: object
+    breakdown: dict
+    xb_bytes_per_step: float
+
+    @property
+    def feasible(self) -> bool:
+        return math.isfinite(self.iteration_time_s)
+
+    def to_dict(self) -> dict:
+        return {"key": list(self.key), "iteration_time_s": self.iteration_time_s if self.feasible else None,
+                "config": self.config.model_dump() if self.config is not None else None,
+                "breakdown": self.breakdown, "xb_bytes_per_step": self.xb_bytes_per_step}
+
+
+def _codes(field: str, values) -> np.ndarray:
+    if field not in FIELDS:
+        raise UserInputError("where", field, "a configuration field: " + ", ".join(FIELDS))
+    if field in CATEGORICAL:
+        out = []
+        for v in values:
+            if v not in CATEGORICAL[field]:
+                raise UserInputError(f"where.{field}", v, ", ".join(CATEGORICAL[field]))
+            out.append(CATEGORICAL[field].index(v))
+        return np.array(out)
+    return np.array([int(v) for v in values])
+
+
+def _filter(batch: dict, where: dict) -> dict:
+    keep = np.ones(len(next(iter(batch.values()))), dtype=bool)
+    for f, values in where.items():
+        if f in batch:
+            keep &= np.isin(batch[f], _codes(f, values))
+    return take(batch, keep)
+
+
+def _name(field: str, code: int):
+    return CATEGORICAL[field][code] if field in CATEGORICAL else int(code)
+
+
+def best_by(scenario: Scenario, group: tuple[str, ...], where: dict | None = None,
+            params: CostParams | None = None, space: SearchSpace | None = None,
+            chunk_rows: int = 1 << 18) -> dict[tuple, GroupBest]:
+    """Exhaustive search restricted to ``where`` (field -> allowed values), best per ``group`` value.
+
+    Every legal core row passing the filter is crossed with every transport row passing it, so
+    the result per group is exact, not sampled. Groups with no feasible row map to an infinite
+    time and no config.
+    """
+    where = dict(where or {})
+    for f in group:
+        if f not in FIELDS:
+            raise UserInputError("group", f, "a configuration field: " + ", ".join(FIELDS))
+    space = space or SearchSpace(scenario)
+    core = _filter(space.legal_core, {k: v for k, v in where.items() if k not in _TRANSPORT})
+    transport = _filter(space.transport_grid, {k: v for k, v in where.items() if k in _TRANSPORT})
+    nt = len(transport["collective"])
+    best: dict[tuple, GroupBest] = {}
+    n_core = len(core["tp"])
+    if nt == 0 or n_core == 0:
+        return best
+    step = max(1, chunk_rows // nt)
+    for start in range(0, n_core, step):
+        c = take(core, slice(start, min(n_core, start + step)))
+        k = len(c["tp"])
+        b = {f: np.repeat(v, nt) for f, v in c.items() if f not in _TRANSPORT}
+        b.update({f: np.tile(v, k) for f, v in transport.items()})
+        out = evaluate_batch(scenario, b, params)
+        times = np.where(out["feasible"], out["iteration_time_s"], np.inf)
+        keys = np.stack([b[f].astype(np.int64) for f in group], axis=1) if group else np.zeros((len(times), 0), int)
+        uniq, inv = np.unique(keys, axis=0, return_inverse=True)
+        inv = inv.reshape(-1)
+        order = np.lexsort((times, inv))          # by group, then time
+        first = order[np.r_[0, np.flatnonzero(np.diff(inv[order])) + 1]]
+        for gi, row in zip(inv[first], first):
+            key = tuple(_name(f, int(code)) for f, code in zip(group, uniq[gi]))
+            t = float(times[row])
+            prev = best.get(key)
+            if prev is None or t < prev.iteration_time_s:
+                cfg = config_at(b, int(row)) if math.isfinite(t) else None
+                best[key] = GroupBest(key, t, cfg, {kk: float(out[kk][row]) for kk in BREAKDOWN_KEYS},
+                                      float(out["xb_bytes_per_step"][row]))
+    return best
+
+
+def winner(best: dict[tuple, GroupBest]):
+    """The key of the fastest group and its margin over the runner-up (runner-up time / best - 1)."""
+    ranked = sorted(best.values(), key=lambda g: g.iteration_time_s)
+    if not ranked or not ranked[0].feasible:
+        return None, math.nan
+    margin = ranked[1].iteration_time_s / ranked[0].iteration_time_s - 1 if len(ranked) > 1 else math.inf
+    return ranked[0].key, margin
