@@ -6,9 +6,10 @@ import sys
 
 import click
 
-from .errors import UserInputError
+from .errors import ServiceUnavailable, UserInputError
 
 EXIT_USER_ERROR = 2
+EXIT_SERVICE_UNAVAILABLE = 3
 
 
 def _emit(data: dict, as_json: bool, human) -> None:
@@ -321,6 +322,9 @@ def main(argv=None) -> int:
     except UserInputError as e:
         click.echo(f"autotune: error: {e}", err=True)
         return EXIT_USER_ERROR
+    except ServiceUnavailable as e:
+        click.echo(f"autotune: error: {e}", err=True)
+        return EXIT_SERVICE_UNAVAILABLE
     except click.exceptions.NoArgsIsHelpError as e:
         click.echo(e.format_message() if hasattr(e, "format_message") else str(e), err=True)
         return EXIT_USER_ERROR

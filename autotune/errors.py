@@ -22,3 +22,14 @@ def from_pydantic(exc, prefix: str = "") -> UserInputError:
     if err.get("type") == "extra_forbidden":
         msg = "unknown key (check the spelling)"
     return UserInputError(field, value, msg)
+
+
+class ServiceUnavailable(RuntimeError):
+    """A storage or tracking service that went away and stayed away through bounded retries.
+    The CLI prints it as one line and exits 3; every trial committed before is kept, and the
+    study resumes by name once the service is back."""
+
+    def __init__(self, option: str, uri: str, attempts: int, cause: str, hint: str = ""):
+        self.option, self.uri = option, uri
+        super().__init__(f"{option} {uri}: unreachable after {attempts} attempts ({cause})"
+                         + (f"; {hint}" if hint else ""))

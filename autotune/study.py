@@ -9,6 +9,7 @@ reason. No fake large value ever enters the study.
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import socket
@@ -18,11 +19,12 @@ import time
 from pathlib import Path
 
 import optuna
+import sqlalchemy.exc
 import yaml
 
 from .backends import Measurement, get_backend
 from .encoding import FlatEncoding
-from .errors import UserInputError
+from .errors import ServiceUnavailable, UserInputError
 from .space import SearchSpace
 from .specs import Config, Scenario
 from .strategies.base import Observation
@@ -131,6 +133,22 @@ def _alive(pid: int) -> bool:
     return True
 
 
+CATCH_UP_AFTER_S = 120.0
+"""A finished trial of another host's worker is left to that worker to log for this long."""
+
+
+def _owner_may_still_log(t) -> bool:
+    """True while the worker that ran a finished trial may still be logging it: a live local
+    process, or another host's worker that finished it less than CATCH_UP_AFTER_S ago."""
+    import datetime as dt
+    h, _, pid = str(t.user_attrs.get("owner", "")).rpartition(":")
+    if h == socket.gethostname() and pid.isdigit():
+        return int(pid) != os.getpid() and _alive(int(pid))
+    if not h or t.datetime_complete is None:
+        return False
+    return (dt.datetime.now() - t.datetime_complete).total_seconds() < CATCH_UP_AFTER_S
+
+
 def fail_orphaned_trials(study) -> list[int]:
     """Mark FAIL every RUNNING trial whose process (on this host) is gone: a trial interrupted
     by a crash or SIGKILL is never counted as done and never left running for ever. Trials of
@@ -149,6 +167,32 @@ def fail_orphaned_trials(study) -> list[int]:
         except (RuntimeError, optuna.exceptions.UpdateFinishedTrialError):
             pass        # another worker got there first
     return failed
+
+
+TOLD_BY_ANOTHER = object()
+STORAGE_RETRIES = 4
+STORAGE_BACKOFF_S = 0.5
+"""A lost storage connection is retried 4 times, waiting 0.5, 1, 2 and 4 s."""
+STORAGE_ERRORS = (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError,
+                  optuna.exceptions.StorageInternalError, optuna.exceptions.UpdateFinishedTrialError)
+
+
+FAILURE_KINDS = (("timed out", "timeout"), ("invalid iteration time", "invalid time"),
+                 ("out of memory", "out of memory"), ("interrupted", "interrupted"),
+                 ("backend raised", "backend raised"), ("no JSON line", "no result line"),
+                 ("command failed", "command failed"), ("does not report", "missing objective"))
+
+
+def failure_kinds(trials) -> dict:
+    """Failed trials counted by the kind of their reason (summary and README table)."""
+    out: dict[str, int] = {}
+    for t in trials:
+        if t.state != optuna.trial.TrialState.FAIL:
+            continue
+        reason = str(t.user_attrs.get("reason", ""))
+        kind = next((k for needle, k in FAILURE_KINDS if needle in reason), "other")
+        out[kind] = out.get(kind, 0) + 1
+    return dict(sorted(out.items()))
 
 
 def _measure(backend, scenario, config, timeout_s: float | None) -> Measurement:
@@ -282,8 +326,8 @@ class StudyRunner:
                                       "seed": self.seed, "backend": self.backend_name,
                                       "global_batch_seqs": self.scenario.global_batch_seqs})
             for t in study.trials:   # trials finished before a crash but never logged
-                if t.state.is_finished():
-                    self._track(tracker, t, base)
+                if t.state.is_finished() and not _owner_may_still_log(t):
+                    self._track(tracker, t, base, catch_up=True)
         if not study.trials and self.strategy.max_trials is None:   # search strategies start from the baselines
             for name in ("production", "sota") if self.seed_baselines else ("production",):
                 if base[name]["config"]:
@@ -298,7 +342,8 @@ class StudyRunner:
             done_states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.FAIL,
                            optuna.trial.TrialState.PRUNED)
             while True:
-                finished = study._storage.get_n_trials(study._study_id, state=done_states) - n_interrupted
+                finished = self._storage_call(study._storage.get_n_trials, study._study_id,
+                                              state=done_states) - n_interrupted
                 if bar is not None:
                     bar.n = min(finished, self.trials)
                     bar.refresh()
@@ -307,16 +352,25 @@ class StudyRunner:
                 if self.strategy.max_trials is not None and len(self.strategy.history) >= self.strategy.max_trials \
                         and finished > 0:
                     break
-                waiting = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,))
+                waiting = self._storage_call(study.get_trials, deepcopy=False,
+                                             states=(optuna.trial.TrialState.WAITING,))
                 params = None if waiting else self.strategy.propose()   # a crash can leave one queued
                 if params is not None:
-                    study.enqueue_trial(params, user_attrs={"source": self.strategy.name})
+                    self._storage_call(study.enqueue_trial, params, user_attrs={"source": self.strategy.name})
                 elif not waiting and self.strategy.sampler_name == "random" and self.strategy.name != "random":
                     break   # a fixed strategy with nothing left to propose
-                trial = study.ask(self.distributions)
+                with self._ask_lock():
+                    trial = self._storage_call(study.ask, self.distributions)
                 self._run_trial(study, trial, base, tracker)
+                if tracker is not None and tracker.dead:
+                    raise ServiceUnavailable("--tracking-uri", mask_uri(self.tracking_uri), tracker.retries,
+                                             tracker.dead, "every finished trial is in the storage; resume with "
+                                             f"--study-name {self.study_name} to log them")
         except KeyboardInterrupt:
             status = "KILLED"
+            raise
+        except ServiceUnavailable:
+            status = "FAILED"
             raise
         finally:
             if bar is not None:
@@ -327,23 +381,70 @@ class StudyRunner:
                             else None for t in study.trials]
         return self._summary(study, base, tracker, time.perf_counter() - t0)
 
+    @contextlib.contextmanager
+    def _ask_lock(self):
+        """SQLite has no row locks: two workers can pop the same queued trial. Workers sharing a
+        SQLite file share a machine, so an exclusive file lock around ``ask`` makes it atomic.
+        (PostgreSQL pops with SELECT ... FOR UPDATE and needs none.)"""
+        url = self.storage_url
+        if not url.startswith("sqlite:///"):
+            yield
+            return
+        import fcntl
+        with open(url[len("sqlite:///"):] + ".ask.lock", "a") as fh:
+            fcntl.flock(fh, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(fh, fcntl.LOCK_UN)
+
+    def _storage_call(self, fn, *args, **kwargs):
+        """Call the storage; a lost connection is retried STORAGE_RETRIES times with doubling
+        waits, then the study stops with ServiceUnavailable (nothing committed is lost)."""
+        for attempt in range(STORAGE_RETRIES + 1):
+            try:
+                return fn(*args, **kwargs)
+            except ValueError as e:
+                if fn.__name__ == "tell" and "Cannot tell" in str(e):
+                    # attempt > 0: our first attempt went through before its error. attempt 0:
+                    # another worker popped the same queued trial (SQLite has no row locks) and
+                    # finished it first; it records and logs it, we do not count it twice
+                    return None if attempt else TOLD_BY_ANOTHER
+                raise
+            except STORAGE_ERRORS as e:
+                if isinstance(e, optuna.exceptions.UpdateFinishedTrialError):
+                    if fn.__name__ != "ask":
+                        return None   # a retried write that had in fact gone through
+                    continue          # another worker took the queued trial first: ask again
+                if attempt == STORAGE_RETRIES:
+                    raise ServiceUnavailable("--storage", mask_uri(self.storage_url), attempt + 1,
+                                             type(e).__name__, f"resume with --study-name {self.study_name}") from None
+                time.sleep(STORAGE_BACKOFF_S * 2 ** attempt)
+
     def _run_trial(self, study, trial, base, tracker):
-        trial.set_user_attr("owner", OWNER)
+        self._storage_call(trial.set_user_attr, "owner", OWNER)
         cfg = self.encoding.decode(trial.params)
-        trial.set_user_attr("config", cfg.model_dump())
+        self._storage_call(trial.set_user_attr, "config", cfg.model_dump())
         m = _measure(self.backend, self.scenario, cfg, self.trial_timeout_s)
-        trial.set_user_attr("breakdown", m.breakdown)
-        trial.set_user_attr("feasible", bool(m.feasible))
+        self._record(study, trial, cfg, m, base, tracker)
+
+    def _record(self, study, trial, cfg, m, base, tracker):
+        """Store the measurement (each storage write retried), then feed the strategy and MLflow."""
+        call = self._storage_call
+        call(trial.set_user_attr, "breakdown", m.breakdown)
+        call(trial.set_user_attr, "feasible", bool(m.feasible))
         if m.reason:
-            trial.set_user_attr("reason", m.reason)
+            call(trial.set_user_attr, "reason", m.reason)
         deficit = float(m.extra.get("memory_deficit_bytes", 0.0) or 0.0)
+        fail = optuna.trial.TrialState.FAIL
+        told = None
         if m.failed:
-            frozen = study.tell(trial, state=optuna.trial.TrialState.FAIL)
+            told = call(study.tell, trial, state=fail)
         elif not m.feasible and (self.infeasible == "fail" or self.strategy.sampler_name not in SUPPORTS_CONSTRAINTS):
             # out of memory: a failed trial with its reason (never a made-up value)
-            frozen = study.tell(trial, state=optuna.trial.TrialState.FAIL)
+            told = call(study.tell, trial, state=fail)
         else:
-            trial.set_constraint(CONSTRAINT_KEY, deficit / self.hbm_bytes if not m.feasible else 0.0)
+            call(trial.set_constraint, CONSTRAINT_KEY, deficit / self.hbm_bytes if not m.feasible else 0.0)
             values = [m.iteration_time_s]
             for o in self.objectives[1:]:
                 v = m.extra.get(o)
@@ -352,16 +453,18 @@ class StudyRunner:
                     break
                 values.append(float(v))
             if values is None:
-                trial.set_user_attr("reason", f"backend {self.backend_name!r} does not report {self.objectives[1:]}")
-                frozen = study.tell(trial, state=optuna.trial.TrialState.FAIL)
+                call(trial.set_user_attr, "reason", f"backend {self.backend_name!r} does not report {self.objectives[1:]}")
+                told = call(study.tell, trial, state=fail)
             else:
-                trial.set_user_attr("objectives", dict(zip(self.objectives, values)))
-                frozen = study.tell(trial, values if len(values) > 1 else values[0])
+                call(trial.set_user_attr, "objectives", dict(zip(self.objectives, values)))
+                told = call(study.tell, trial, values if len(values) > 1 else values[0])
+        if told is TOLD_BY_ANOTHER:
+            return
         self.strategy.observe(Observation(trial.params, cfg, m.iteration_time_s, bool(m.feasible and not m.failed)))
         if tracker is not None:
-            self._track(tracker, study.trials[frozen.number] if not hasattr(frozen, "user_attrs") else frozen, base)
+            self._track(tracker, call(study._storage.get_trial, trial._trial_id), base)
 
-    def _track(self, tracker, t, base):
+    def _track(self, tracker, t, base, catch_up: bool = False):
         cfg = t.user_attrs.get("config") or {}
         value = t.values[0] if t.state == optuna.trial.TrialState.COMPLETE else None
         feasible = bool(t.user_attrs.get("feasible", False)) and value is not None
@@ -379,7 +482,7 @@ class StudyRunner:
         tags = {"autotune.state": t.state.name}
         if t.user_attrs.get("reason"):
             tags["autotune.reason"] = t.user_attrs["reason"][:500]
-        tracker.log_trial(t.number, cfg, metrics, tags)
+        tracker.log_trial(t.number, cfg, metrics, tags, check_existing=catch_up)
 
     def _feasible(self, study):
         return [t for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
@@ -455,6 +558,7 @@ class StudyRunner:
             "n_trials": sum(s.is_finished() for s in states),
             "n_failed": sum(s == optuna.trial.TrialState.FAIL for s in states),
             "n_infeasible": sum(1 for t in study.trials if t.user_attrs.get("feasible") is False),
+            "failures_by_kind": failure_kinds(study.trials),
             "mlflow_run_id": tracker.parent_id if tracker else None,
             "tracking_errors": tracker.errors if tracker else [],
             "study_name": self.study_name, "storage": mask_uri(self.storage_url),

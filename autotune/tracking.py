@@ -27,6 +27,13 @@ def mask_uri(uri: str | None) -> str | None:
     return None if uri is None else _CRED.sub(r"\1***@", uri)
 
 
+def _unreachable(e: Exception) -> bool:
+    """A failure to reach the tracking store (as opposed to a rejected value)."""
+    text = str(e).lower()
+    return isinstance(e, OSError) or any(w in text for w in ("connect", "max retries", "unable to open",
+                                                                 "timed out", "temporarily unavailable"))
+
+
 class Tracker:
     def __init__(self, tracking_uri: str, study_name: str, storage: str, tags: dict | None = None,
                  retries: int = 3):
@@ -62,22 +69,36 @@ class Tracker:
         self.logged = self._logged_trials()
         self.retries = retries
         self.errors: list[str] = []
+        self.dead: str = ""      # set when a call failed through every retry: the cause
         self._q: queue.Queue = queue.Queue()
         self._thread = threading.Thread(target=self._drain, daemon=True)
         self._thread.start()
 
     def _logged_trials(self) -> set[int]:
+        """Trial numbers whose child run was logged to the end. A child run left half-written
+        by a crash or an outage (not FINISHED) is deleted, so the trial is logged again, once."""
         runs = self.client.search_runs([self.experiment_id],
                                        filter_string=f"tags.`mlflow.parentRunId` = '{self.parent_id}'",
                                        max_results=50000)
-        return {int(r.data.tags["autotune.trial"]) for r in runs if "autotune.trial" in r.data.tags}
+        done = set()
+        for r in runs:
+            if "autotune.trial" not in r.data.tags:
+                continue
+            if r.info.status == "FINISHED":
+                done.add(int(r.data.tags["autotune.trial"]))
+            else:
+                self.client.delete_run(r.info.run_id)
+        return done
 
     # ------------------------------------------------------------ logging (async)
-    def log_trial(self, number: int, params: dict, metrics: dict, tags: dict | None = None) -> None:
+    def log_trial(self, number: int, params: dict, metrics: dict, tags: dict | None = None,
+                  check_existing: bool = False) -> None:
+        """Queue one trial's child run; ``check_existing`` (catching up after a crash) first
+        looks for a run another process logged since this tracker started."""
         if number in self.logged:
             return
         self.logged.add(number)
-        self._q.put(("trial", number, params, metrics, tags or {}))
+        self._q.put(("trial", number, params, metrics, (tags or {}) | ({"_check": "1"} if check_existing else {})))
 
     def log_study(self, params: dict | None = None, metrics: dict | None = None) -> None:
         self._q.put(("study", params or {}, metrics or {}))
@@ -92,18 +113,29 @@ class Tracker:
             if item is None:
                 self._q.task_done()
                 return
+            if self.dead:      # the server is gone: the rest is logged when the study resumes
+                self._q.task_done()
+                continue
+            run_id = None
             for attempt in range(self.retries):
                 try:
                     now = int(time.time() * 1000)
                     if item[0] == "trial":
                         _, number, params, metrics, tags = item
+                        tags = dict(tags)
+                        tags.pop("_check", None)
+                        # always look first: another worker (a resumed run, or one that raced
+                        # for the same queued trial on SQLite) may have logged this trial
+                        if run_id is None and self._already_logged(number):
+                            break
                         t = {"mlflow.parentRunId": self.parent_id, "autotune.trial": str(number)} | tags
-                        run = self.client.create_run(self.experiment_id, run_name=f"trial-{number}",
-                                                     tags=t)
-                        self.client.log_batch(run.info.run_id,
+                        if run_id is None:     # a retry reuses the run: one child run per trial
+                            run_id = self.client.create_run(self.experiment_id, run_name=f"trial-{number}",
+                                                            tags=t).info.run_id
+                        self.client.log_batch(run_id,
                                               metrics=[Metric(k, float(v), now, 0) for k, v in metrics.items()],
                                               params=[Param(k, str(v)[:6000]) for k, v in params.items()])
-                        self.client.set_terminated(run.info.run_id)
+                        self.client.set_terminated(run_id)
                     elif item[0] == "study":
                         _, params, metrics = item
                         self.client.log_batch(self.parent_id,
@@ -118,9 +150,17 @@ class Tracker:
                         break     # params are immutable in MLflow; a resumed study keeps the first
                     if attempt == self.retries - 1:
                         self.errors.append(f"{item[0]}: {type(e).__name__}: {mask_uri(str(e))[:200]}")
+                        if _unreachable(e):
+                            self.dead = type(e).__name__
                     else:
                         time.sleep(0.2 * (attempt + 1))
             self._q.task_done()
+
+    def _already_logged(self, number: int) -> bool:
+        runs = self.client.search_runs([self.experiment_id], max_results=1,
+                                       filter_string=f"tags.`mlflow.parentRunId` = '{self.parent_id}' and "
+                                                     f"tags.`autotune.trial` = '{number}'")
+        return bool(runs)
 
     def flush(self, status: str = "FINISHED") -> None:
         self._q.put(None)
