@@ -377,6 +377,10 @@ class StudyRunner:
                 bar.close()
             if tracker is not None:
                 self._finish_tracking(study, base, tracker, status)
+        if tracker is not None and tracker.dead:
+            raise ServiceUnavailable("--tracking-uri", mask_uri(self.tracking_uri), tracker.retries, tracker.dead,
+                                     "every finished trial is in the storage; resume with "
+                                     f"--study-name {self.study_name} to log them")
         self.last_values = [t.values[0] if t.state == optuna.trial.TrialState.COMPLETE and t.user_attrs.get("feasible")
                             else None for t in study.trials]
         return self._summary(study, base, tracker, time.perf_counter() - t0)

@@ -212,6 +212,26 @@ def script_args(description: str, default_config: str):
     return ap
 
 
+@dataclass
+class ScriptRun:
+    args: object
+    config: SweepConfig
+    out: Path
+    stem: str
+
+
+def sweep_script(description: str, default_config: str, measure, workers_fn=None) -> tuple[ScriptRun, list]:
+    """Parse the shared command line, load and check the config, measure every design point
+    (``measure(point) -> row``) in parallel; returns the run context and the rows."""
+    args = script_args(description, default_config).parse_args()
+    cfg = load_for_script(args)
+    rows = run_points(measure if workers_fn is None else workers_fn(cfg), cfg.points(), args.workers)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    stem = cfg.name + ("-reduced" if args.reduced else "") + ("-grid" if args.grid else "")
+    return ScriptRun(args, cfg, out, stem), rows
+
+
 def load_for_script(args) -> SweepConfig:
     cfg = SweepConfig.load(args.config, reduced=args.reduced)
     if args.grid and cfg.cuts:

@@ -15,7 +15,7 @@ import time
 from .errors import UserInputError
 
 EXPERIMENT = "autotune"
-HTTP_LIMITS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "0.5",
+HTTP_LIMITS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
                "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}
 """Bounded retries for a tracking server (MLflow's defaults retry for minutes); a user's own
 settings of these variables win."""
@@ -40,6 +40,9 @@ class Tracker:
         import os
         for k, v in HTTP_LIMITS.items():
             os.environ.setdefault(k, v)
+        # MLflow prints "View run ... at: <tracking URI>" on stdout: it would break --json and
+        # show a password embedded in the URI
+        os.environ["MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"] = "true"
         import mlflow
         from mlflow.tracking import MlflowClient
 

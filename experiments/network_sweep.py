@@ -21,7 +21,7 @@ from autotune.analysis import best_by
 from autotune.baselines import production_config
 from autotune.costmodel import evaluate
 from autotune.specs.config import COLLECTIVES, LOSS_RECOVERY
-from autotune.sweep import load_for_script, main_guard, plot_cuts, run_points, script_args, write_outputs
+from autotune.sweep import main_guard, plot_cuts, sweep_script, write_outputs
 
 GROUP = ("xb_load_balancing", "xb_queue_pairs", "xb_loss_recovery", "collective")
 LB_COLUMNS = ("ecmp/1", "ecmp/2", "ecmp/4", "ecmp/8", "ecmp/16", "qp_spray/1", "qp_spray/16", "packet_spray/1")
@@ -68,14 +68,11 @@ def measure(point, placement: str = "dp_out") -> dict:
 
 
 def main():
-    args = script_args(__doc__, "experiments/configs/network.yaml").parse_args()
-    cfg = load_for_script(args)
-    placement = cfg.options.get("placement", "dp_out")
     from functools import partial
-    rows = run_points(partial(measure, placement=placement), cfg.points(), args.workers)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    stem = cfg.name + ("-reduced" if args.reduced else "") + ("-grid" if args.grid else "")
+    run, rows = sweep_script(__doc__, "experiments/configs/network.yaml", None,
+                             lambda cfg: partial(measure, placement=cfg.options.get("placement", "dp_out")))
+    args, cfg, out, stem = run.args, run.config, run.out, run.stem
+    placement = cfg.options.get("placement", "dp_out")
     plots = []
     if cfg.cuts:
         plots.append(plot_cuts(rows, list(cfg.cuts), "gbn_penalty_pct", out / f"{stem}-gbn.png",

@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from autotune.analysis import best_by
-from autotune.sweep import flips, load_for_script, main_guard, plot_cuts, run_points, script_args, write_outputs
+from autotune.sweep import flips, main_guard, plot_cuts, sweep_script, write_outputs
 
 
 def measure(point) -> dict:
@@ -33,12 +33,8 @@ def measure(point) -> dict:
 
 
 def main():
-    args = script_args(__doc__, "experiments/configs/placement.yaml").parse_args()
-    cfg = load_for_script(args)
-    rows = run_points(measure, cfg.points(), args.workers)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    stem = cfg.name + ("-reduced" if args.reduced else "") + ("-grid" if args.grid else "")
+    run, rows = sweep_script(__doc__, "experiments/configs/placement.yaml", measure)
+    args, cfg, out, stem = run.args, run.config, run.out, run.stem
     plots = [plot_cuts(rows, list(cfg.cuts), "pp_gain_pct", out / f"{stem}.png",
                        "best DP-out / best PP-out - 1 (%)")] if cfg.cuts else []
     cols = ["model", "cluster", *dict.fromkeys(k for r in rows for k in r if k in ("oversub", "distance_km")),

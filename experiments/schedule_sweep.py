@@ -15,7 +15,7 @@ from pathlib import Path
 
 from autotune.analysis import best_by
 from autotune.specs.config import DP_FLAVOURS, PP_SCHEDULES
-from autotune.sweep import load_for_script, main_guard, plot_cuts, run_points, script_args, write_outputs
+from autotune.sweep import main_guard, plot_cuts, sweep_script, write_outputs
 
 
 def family_best(best: dict, placement: str, index: int, names) -> dict:
@@ -54,12 +54,8 @@ def measure(point) -> dict:
 
 
 def main():
-    args = script_args(__doc__, "experiments/configs/schedule.yaml").parse_args()
-    cfg = load_for_script(args)
-    rows = run_points(measure, cfg.points(), args.workers)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    stem = cfg.name + ("-reduced" if args.reduced else "") + ("-grid" if args.grid else "")
+    run, rows = sweep_script(__doc__, "experiments/configs/schedule.yaml", measure)
+    args, cfg, out, stem = run.args, run.config, run.out, run.stem
     plots = []
     for edge in ("edge zbv>zb1p (%)", "edge interleaved_1f1b>1f1b (%)", "edge hsdp>fsdp (%)"):
         name = edge.split()[1].replace(">", "_over_")

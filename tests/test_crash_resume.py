@@ -8,29 +8,11 @@ import time
 
 import optuna
 from mlflow.tracking import MlflowClient
-
-SLOW_BACKEND = (
-    "import time\n"
-    "from autotune.backends import CostModelBackend\n"
-    "class Slow(CostModelBackend):\n"
-    "    name = 'slow'\n"
-    "    def measure(self, scenario, config):\n"
-    "        time.sleep(0.25)\n"
-    "        return super().measure(scenario, config)\n")
-
-
-def _plugin(tmp_path):
-    (tmp_path / "slow_backend.py").write_text(SLOW_BACKEND)
-    d = tmp_path / "slow_backend-0.1.dist-info"
-    d.mkdir()
-    (d / "METADATA").write_text("Metadata-Version: 2.1\nName: slow-backend\nVersion: 0.1\n")
-    (d / "entry_points.txt").write_text("[autotune.backends]\nslow = slow_backend:Slow\n")
-    return dict(os.environ, PYTHONPATH=str(tmp_path) + os.pathsep + os.environ.get("PYTHONPATH", ""),
-                PYTHONWARNINGS="ignore")
-
+from helpers import env_with_slow_backend
+from reliability_report import record
 
 def test_sigkill_then_resume(tmp_path):
-    env = _plugin(tmp_path)
+    env = env_with_slow_backend(tmp_path)
     storage, tracking = f"sqlite:///{tmp_path}/s.db", f"sqlite:///{tmp_path}/m.db"
     args = [sys.executable, "-m", "autotune.cli", "study", "--model", "llama3-8b", "--cluster", "single-building",
             "--strategy", "random", "--trials", "30", "--backend", "slow", "--storage", storage,
@@ -72,3 +54,4 @@ def test_sigkill_then_resume(tmp_path):
                          max_results=1000)
     numbers = sorted(int(k.data.tags["autotune.trial"]) for k in kids)
     assert numbers == sorted(t.number for t in finished)     # each finished trial logged exactly once
+    record("kills:sigkill_mid_trial", 1, trials_kept=len(before))

@@ -7,7 +7,6 @@ import copy
 import io
 import math
 from contextlib import redirect_stderr, redirect_stdout
-from pathlib import Path
 
 import yaml
 from hypothesis import HealthCheck, given, settings

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -14,20 +13,11 @@ import optuna
 import pytest
 from mlflow.tracking import MlflowClient
 
+from helpers import env_with_slow_backend
 from reliability_report import record
 from services import PG_PASSWORD, MlflowServer, Postgres
 
 SCEN = ["--model", "llama3-8b", "--cluster", "campus-5bldg"]
-SLOW_BACKEND = (
-    "import time\n"
-    "from autotune.backends import CostModelBackend\n"
-    "class Slow(CostModelBackend):\n"
-    "    name = 'slow'\n"
-    "    def measure(self, scenario, config):\n"
-    "        time.sleep(0.2)\n"
-    "        return super().measure(scenario, config)\n")
-
-
 @pytest.fixture(scope="module")
 def postgres():
     import shutil
@@ -38,16 +28,6 @@ def postgres():
     yield pg
     pg.close()
     shutil.rmtree(base, ignore_errors=True)
-
-
-def env_with_slow_backend(tmp_path: Path) -> dict:
-    (tmp_path / "slow_backend.py").write_text(SLOW_BACKEND)
-    d = tmp_path / "slow_backend-0.1.dist-info"
-    d.mkdir(exist_ok=True)
-    (d / "METADATA").write_text("Metadata-Version: 2.1\nName: slow-backend\nVersion: 0.1\n")
-    (d / "entry_points.txt").write_text("[autotune.backends]\nslow = slow_backend:Slow\n")
-    return dict(os.environ, PYTHONPATH=str(tmp_path) + os.pathsep + os.environ.get("PYTHONPATH", ""),
-                PYTHONWARNINGS="ignore")
 
 
 def cli(*args, env=None, timeout=300) -> subprocess.CompletedProcess:
@@ -148,6 +128,7 @@ def test_storage_goes_away_mid_study_then_resume(postgres, tmp_path):
     record("fault:storage_outage", 1)
 
 
+@pytest.mark.slow
 def test_tracking_server_goes_away_mid_study_then_resume(tmp_path):
     server = MlflowServer(tmp_path / "mlflow")
     env = env_with_slow_backend(tmp_path)
@@ -218,6 +199,7 @@ def test_faulty_backend_every_kind_fails_its_trial_and_the_study_finishes(tmp_pa
 
 
 # ---------------------------------------------------------------- 6. secrets
+@pytest.mark.slow
 def test_passwords_never_printed_or_logged(postgres, tmp_path):
     server = MlflowServer(tmp_path / "mlflow")
     secret_tracking = server.url.replace("http://", "http://alice:tr4ck-s3cret@")
