@@ -177,7 +177,9 @@ STORAGE_ERRORS = (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError
                   optuna.exceptions.StorageInternalError, optuna.exceptions.UpdateFinishedTrialError)
 
 
-FAILURE_KINDS = (("timed out", "timeout"), ("invalid iteration time", "invalid time"),
+FAILURE_KINDS = (("timed out", "timeout"), ("invalid iteration time: nan", "NaN time"),
+                 ("invalid iteration time: inf", "infinite time"), ("invalid iteration time: -", "negative time"),
+                 ("invalid iteration time", "invalid time"), ("command failed (signal", "killed mid-run"),
                  ("out of memory", "out of memory"), ("interrupted", "interrupted"),
                  ("backend raised", "backend raised"), ("no JSON line", "no result line"),
                  ("command failed", "command failed"), ("does not report", "missing objective"))

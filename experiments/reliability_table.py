@@ -32,7 +32,7 @@ def main() -> int:
                  f"{sum(fuzz.values())} cases ({', '.join(f'{k} {v}' for k, v in sorted(fuzz.items()))})"))
     kills = data.get("kills:sigkill_mid_trial", {})
     rows.append(("SIGKILL mid-trial, then resume by name: finished trials kept once (Optuna + MLflow)",
-                 f"{kills.get('count', 0)} kill(s) survived, {kills.get('trials_kept', 0)} finished trials kept"))
+                 f"{kills.get('count', 0)} kills survived, {kills.get('trials_kept', 0)} trials finished before the last kill kept"))
     for kind in ("postgresql", "sqlite"):
         c = data.get(f"concurrent:{kind}", {})
         rows.append((f"Concurrent workers on {kind}: trials lost or duplicated",
