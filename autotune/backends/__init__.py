@@ -67,7 +67,12 @@ def _command_backend(**options):
     return CommandBackend(**options)
 
 
-BUILTIN = {"costmodel": CostModelBackend, "command": _command_backend}
+def _local_torch_backend(**options):
+    from .local_torch import LocalTorchBackend
+    return LocalTorchBackend(**options)
+
+
+BUILTIN = {"costmodel": CostModelBackend, "command": _command_backend, "local-torch": _local_torch_backend}
 
 
 def available_backends() -> dict:

@@ -1,0 +1,50 @@
+"""The ``local-torch`` backend: measure a configuration by really training the reference
+workload (autotune/workloads/train.py) with torch.distributed on local CPU processes.
+
+The scenario's model gives the network's shape (use a small preset such as ``llama-mini``), its
+cluster the number of ranks and buildings (``local-2bldg``: 2 x 4 ranks). A configuration the
+workload cannot run (tp, cp or ep above 1, stages not dividing the layers, too many ranks, too
+few micro-batches) fails its trial with that reason before any process starts; a rank that
+crashes or hangs fails the trial with the rank's own error, and every process is reaped.
+"""
+from __future__ import annotations
+
+from ..errors import UserInputError
+from . import Measurement
+
+
+def job_for(scenario, config, warmup: int = 2, steps: int = 5, threads_per_rank: int = 1) -> dict:
+    m = scenario.model
+    c = config
+    return {"hidden": m.hidden, "heads": m.n_heads, "ffn": m.ffn_hidden, "vocab": m.vocab, "layers": m.n_layers,
+            "seq_len": scenario.seq_len, "global_batch": scenario.global_batch_seqs,
+            "tp": c.tp, "cp": c.cp, "ep": c.ep, "pp": c.pp, "dp": c.dp, "placement": c.placement,
+            "dp_flavour": c.dp_flavour, "pp_schedule": c.pp_schedule, "pp_chunks": c.pp_chunks,
+            "micro_batch": c.micro_batch, "buildings": scenario.cluster.n_buildings,
+            "warmup": int(warmup), "steps": int(steps), "threads_per_rank": int(threads_per_rank)}
+
+
+class LocalTorchBackend:
+    name = "local-torch"
+
+    def __init__(self, warmup: int | str = 2, steps: int | str = 5, timeout_s: float | str = 300.0,
+                 threads_per_rank: int | str = 1):
+        try:
+            self.warmup, self.steps = int(warmup), int(steps)
+            self.timeout_s, self.threads = float(timeout_s), int(threads_per_rank)
+        except ValueError as e:
+            raise UserInputError("--backend-option", str(e), "integers for warmup/steps/threads_per_rank, "
+                                                             "seconds for timeout_s") from None
+
+    def measure(self, scenario, config) -> Measurement:
+        from ..workloads.launch import run_job
+        job = job_for(scenario, config, self.warmup, self.steps, self.threads)
+        try:
+            out = run_job(job, timeout_s=self.timeout_s)
+        except UserInputError as e:
+            return Measurement.failure(f"the local workload cannot run this configuration: {e}")
+        if "error" in out:
+            return Measurement.failure(out["error"])
+        return Measurement(iteration_time_s=float(out["iteration_time_s"]), breakdown=out.get("breakdown", {}),
+                           extra={"step_times_s": out.get("step_times_s"),
+                                  "microbatches": out.get("microbatches")}).checked()
