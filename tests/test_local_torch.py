@@ -60,3 +60,42 @@ def test_study_through_the_cli_with_the_local_torch_backend(tmp_path):
     d = json.loads(r.stdout)
     assert d["n_trials"] == 3
     assert d["best_iteration_time_s"] is None or d["best_iteration_time_s"] > 0
+
+
+def _namespaces_or_skip():
+    from autotune.workloads.netns import NamespaceUnavailable, check_available
+    try:
+        check_available()
+    except NamespaceUnavailable as e:
+        pytest.skip(f"emulated buildings unavailable here: {e}")
+
+
+def test_a_shaped_cross_building_link_slows_dp_out_by_about_what_the_model_predicts():
+    """Two buildings as network namespaces, DDP across them (DP-out): shaping each building's uplink
+    to 50 Mbit/s slows the step, and the slow-down is within a factor of 2.5 of the cost model's
+    (same scenario, cross-building bandwidth set to the shaped rate). Nothing is left behind."""
+    _namespaces_or_skip()
+    from autotune.costmodel import evaluate
+    from autotune.workloads.netns import our_namespaces
+    s = small()
+    c = Config(tp=1, pp=1, dp=2, dp_flavour="ddp")
+    free = LocalTorchBackend(warmup=1, steps=3, timeout_s=120, emulate="true").measure(s, c)
+    shaped = LocalTorchBackend(warmup=1, steps=3, timeout_s=120, xb_rate_mbit="50").measure(s, c)
+    assert not free.failed and not shaped.failed, (free.reason, shaped.reason)
+    measured = shaped.iteration_time_s - free.iteration_time_s
+    slow = build_scenario("llama-mini", "local-2bldg", gpus=2,
+                          overrides=SMALL + [f"cluster.cross_building.bandwidth_Bps={50e6 / 8}"])
+    predicted = evaluate(slow, c).iteration_time_s - evaluate(s, c).iteration_time_s
+    assert measured > 0 and predicted > 0
+    assert 1 / 2.5 < measured / predicted < 2.5, (measured, predicted)
+    assert not our_namespaces()
+
+
+def test_emulation_is_torn_down_when_a_rank_crashes():
+    _namespaces_or_skip()
+    from autotune.workloads.netns import EmulatedBuildings, our_namespaces
+    job = job_for(small(), Config(tp=1, pp=1, dp=2, dp_flavour="ddp"), warmup=1, steps=1) | {"crash_rank": 0}
+    with EmulatedBuildings(2, 100) as eb:
+        out = run_job(job, timeout_s=120, netns=eb.netns, master_addr=eb.addr[0], ifname=eb.ifname)
+    assert "injected failure on rank 0" in out["error"]
+    assert not our_namespaces()

@@ -6,6 +6,9 @@ cluster the number of ranks and buildings (``local-2bldg``: 2 x 4 ranks). A conf
 workload cannot run (tp, cp or ep above 1, stages not dividing the layers, too many ranks, too
 few micro-batches) fails its trial with that reason before any process starts; a rank that
 crashes or hangs fails the trial with the rank's own error, and every process is reaped.
+
+``--backend-option emulate=true`` runs each building's ranks in its own network namespace
+(autotune/workloads/netns.py), ``xb_rate_mbit=R`` also shapes each building's uplink to R Mbit/s.
 """
 from __future__ import annotations
 
@@ -28,19 +31,35 @@ class LocalTorchBackend:
     name = "local-torch"
 
     def __init__(self, warmup: int | str = 2, steps: int | str = 5, timeout_s: float | str = 300.0,
-                 threads_per_rank: int | str = 1):
+                 threads_per_rank: int | str = 1, emulate: str | bool = False, xb_rate_mbit: float | str | None = None):
         try:
             self.warmup, self.steps = int(warmup), int(steps)
             self.timeout_s, self.threads = float(timeout_s), int(threads_per_rank)
+            self.xb_rate_mbit = float(xb_rate_mbit) if xb_rate_mbit not in (None, "") else None
         except ValueError as e:
             raise UserInputError("--backend-option", str(e), "integers for warmup/steps/threads_per_rank, "
-                                                             "seconds for timeout_s") from None
+                                                             "seconds for timeout_s, Mbit/s for xb_rate_mbit") from None
+        self.emulate = str(emulate).lower() in ("1", "true", "yes") or self.xb_rate_mbit is not None
+        if self.emulate:
+            from ..workloads.netns import NamespaceUnavailable, check_available
+            try:
+                check_available()
+            except NamespaceUnavailable as e:
+                raise UserInputError("--backend-option emulate", "true", f"a machine that allows it: {e}") from None
 
     def measure(self, scenario, config) -> Measurement:
         from ..workloads.launch import run_job
         job = job_for(scenario, config, self.warmup, self.steps, self.threads)
         try:
-            out = run_job(job, timeout_s=self.timeout_s)
+            if self.emulate and job["buildings"] > 1:
+                from ..workloads.launch import check_job
+                from ..workloads.netns import EmulatedBuildings
+                check_job(job)                      # before any namespace or process exists
+                with EmulatedBuildings(job["buildings"], self.xb_rate_mbit) as eb:
+                    out = run_job(job, timeout_s=self.timeout_s, netns=eb.netns, master_addr=eb.addr[0],
+                                  ifname=eb.ifname)
+            else:
+                out = run_job(job, timeout_s=self.timeout_s)
         except UserInputError as e:
             return Measurement.failure(f"the local workload cannot run this configuration: {e}")
         if "error" in out:

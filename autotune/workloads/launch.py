@@ -65,7 +65,7 @@ def _free_port() -> int:
 
 
 def run_job(job: dict, timeout_s: float = 300.0, netns: list[str] | None = None, master_addr: str = "127.0.0.1",
-            python: str = sys.executable) -> dict:
+            ifname: str | None = None, python: str = sys.executable) -> dict:
     """Run every rank; returns rank 0's JSON dict, or {"error": reason}."""
     check_job(job)
     world = job["pp"] * job["dp"]
@@ -77,8 +77,8 @@ def run_job(job: dict, timeout_s: float = 300.0, netns: list[str] | None = None,
             env = dict(os.environ, RANK=str(r), WORLD_SIZE=str(world), MASTER_ADDR=master_addr,
                        MASTER_PORT=str(port), OMP_NUM_THREADS=str(job.get("threads_per_rank", 1)),
                        PYTHONWARNINGS="ignore")
-            if netns:
-                env["GLOO_SOCKET_IFNAME"] = job.get("ifname", "")
+            if ifname:
+                env["GLOO_SOCKET_IFNAME"] = ifname
             cmd = [python, "-m", "autotune.workloads.train", json.dumps(job)]
             if netns:
                 cmd = ["ip", "netns", "exec", netns[r // per_building], *cmd]

@@ -170,10 +170,18 @@ def main(job: dict) -> None:
             else:
                 schedule.step(**kw)
         else:
+            # gradient accumulation as production trainers do it: DP gradients are synchronised
+            # once per step, on the last micro-batch (DDP no_sync / FSDP2 requires_gradient_sync)
+            m0 = modules[0]
             for i in range(n_mb):
                 sl = slice(i * mb, (i + 1) * mb)
-                out = modules[0](tokens[sl])
-                (loss_fn(out, target[sl]) / n_mb).backward()
+                last_mb = i == n_mb - 1
+                if hasattr(m0, "set_requires_gradient_sync"):
+                    m0.set_requires_gradient_sync(last_mb)
+                ctx = m0.no_sync() if hasattr(m0, "no_sync") and not last_mb else __import__("contextlib").nullcontext()
+                with ctx:
+                    out = m0(tokens[sl])
+                    (loss_fn(out, target[sl]) / n_mb).backward()
         t_opt = time.perf_counter()
         opt.step()
         return time.perf_counter() - t_opt
