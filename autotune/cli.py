@@ -315,6 +315,68 @@ def bench(rows, as_json):
     _emit(data, as_json, human)
 
 
+@cli.command()
+@scenario_options
+@click.option("--backend", default="local-torch", help="a backend that measures for real (local-torch, command, plugins)")
+@click.option("--backend-option", "backend_options", multiple=True, help="key=value passed to the backend")
+@click.option("--xb-mbit", "xb_mbit", default="50,200",
+              help="cross-building rates (Mbit/s) to measure at; local-torch shapes its emulated link to each")
+@click.option("--configs", "n_configs", type=int, default=14, help="configurations in the designed set")
+@click.option("--holdout", type=float, default=0.33, help="fraction of configurations held out of the fit")
+@click.option("--seed", type=int, default=0)
+@click.option("--out", "out_path", default="calibrated-scenario.yaml", help="scenario file to write")
+@click.option("--json", "as_json", is_flag=True)
+def calibrate(backend, backend_options, xb_mbit, n_configs, holdout, seed, out_path, as_json, **kw):
+    """Measure a designed set of configurations, fit the cost model to them, score held-out ones."""
+    from .backends import get_backend
+    from .calibrate import calibrate as run_calibration
+    from .calibrate import write_scenario
+    scen = _scenario(kw)
+    try:
+        rates = [float(x) for x in xb_mbit.split(",") if x.strip()]
+    except ValueError:
+        raise UserInputError("--xb-mbit", xb_mbit, "comma-separated numbers (Mbit/s)") from None
+    if not rates or min(rates) <= 0:
+        raise UserInputError("--xb-mbit", xb_mbit, "one or more positive rates")
+    if n_configs < 6:
+        raise UserInputError("--configs", n_configs, "at least 6")
+    if not 0.1 <= holdout <= 0.6:
+        raise UserInputError("--holdout", holdout, "a fraction between 0.1 and 0.6")
+    opts = _backend_options(backend_options)
+    get_backend(backend, **opts)                      # a bad backend or option fails before any run
+    runnable = None
+    if backend == "local-torch":
+        from .backends.local_torch import job_for
+        from .workloads.launch import check_job
+
+        def runnable(cfg):
+            try:
+                check_job(job_for(scen, cfg))
+                return True
+            except UserInputError:
+                return False
+
+    def factory(rate):
+        extra = {"xb_rate_mbit": str(rate)} if backend == "local-torch" and scen.cluster.n_buildings > 1 else {}
+        return get_backend(backend, **opts, **extra)
+    bar = None
+    if not as_json and sys.stderr.isatty():
+        from tqdm import tqdm
+        bar = tqdm(total=n_configs * len(rates), desc="calibrate", unit="run")
+    res = run_calibration(scen, factory, rates, n_configs, holdout, seed, runnable, bar.update if bar else None)
+    if bar:
+        bar.close()
+    res.scenario_file = write_scenario(scen, res.params, rates[0], out_path)
+    data = res.to_dict()
+
+    def human(d):
+        click.echo("fitted: " + ", ".join(f"{k}={v:.4g}" for k, v in d["params"].items()))
+        click.echo(f"held-out ({d['n_holdout']} runs): Spearman {d['spearman_holdout']:.3f}, "
+                   f"median APE {d['mape_holdout_pct']:.1f}%   (fit runs: median APE {d['mape_fit_pct']:.1f}%)")
+        click.echo(f"scenario file: {d['scenario_file']}  (use with --scenario)")
+    _emit(data, as_json, human)
+
+
 def main(argv=None) -> int:
     """Entry point: user mistakes become one line on stderr and exit code 2."""
     try:

