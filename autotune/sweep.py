@@ -152,6 +152,7 @@ def write_outputs(out_dir: str | Path, stem: str, rows: list[dict], columns: lis
             tr.log_artifact(str(p))
         tr.flush()
         data["mlflow_run_id"] = tr.parent_id
+        js.write_text(json.dumps(data, indent=2, default=str))     # the file names its MLflow run too
     return data
 
 
