@@ -42,7 +42,7 @@ or an Optuna constraint whose value is the memory deficit over HBM (samplers tha
 constraints: tpe, gp, nsga2). Within seed noise of each other for TPE (experiments/tpe_ablation.py)."""
 DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
 
-optuna.logging.set_verbosity(optuna.logging.WARNING)
+optuna.logging.set_verbosity(optuna.logging.ERROR)   # storage errors are reported by autotune, in one line
 
 
 _SQLITE_TUNED = False
