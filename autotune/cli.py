@@ -343,18 +343,9 @@ def calibrate(backend, backend_options, xb_mbit, n_configs, holdout, seed, out_p
     if not 0.1 <= holdout <= 0.6:
         raise UserInputError("--holdout", holdout, "a fraction between 0.1 and 0.6")
     opts = _backend_options(backend_options)
-    get_backend(backend, **opts)                      # a bad backend or option fails before any run
-    runnable = None
-    if backend == "local-torch":
-        from .backends.local_torch import job_for
-        from .workloads.launch import check_job
-
-        def runnable(cfg):
-            try:
-                check_job(job_for(scen, cfg))
-                return True
-            except UserInputError:
-                return False
+    probe = get_backend(backend, **opts)              # a bad backend or option fails before any run
+    can_run = getattr(probe, "can_run", None)
+    runnable = (lambda cfg: can_run(scen, cfg)) if can_run else None
 
     def factory(rate):
         extra = {"xb_rate_mbit": str(rate)} if backend == "local-torch" and scen.cluster.n_buildings > 1 else {}

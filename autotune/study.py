@@ -10,6 +10,7 @@ reason. No fake large value ever enters the study.
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import math
 import os
 import socket
@@ -137,11 +138,20 @@ CATCH_UP_AFTER_S = 120.0
 """A finished trial of another host's worker is left to that worker to log for this long."""
 
 
+def _owner(t) -> tuple[str, str]:
+    """(host, pid) recorded on a trial by the process that ran it; ("", "") if none."""
+    h, _, pid = str(t.user_attrs.get("owner", "")).rpartition(":")
+    return h, pid
+
+
+def _interrupted(t) -> bool:
+    return str(t.user_attrs.get("reason", "")).startswith(INTERRUPTED)
+
+
 def _owner_may_still_log(t) -> bool:
     """True while the worker that ran a finished trial may still be logging it: a live local
     process, or another host's worker that finished it less than CATCH_UP_AFTER_S ago."""
-    import datetime as dt
-    h, _, pid = str(t.user_attrs.get("owner", "")).rpartition(":")
+    h, pid = _owner(t)
     if h == socket.gethostname() and pid.isdigit():
         return int(pid) != os.getpid() and _alive(int(pid))
     if not h or t.datetime_complete is None:
@@ -150,18 +160,19 @@ def _owner_may_still_log(t) -> bool:
 
 
 ORPHAN_GRACE_S = 10.0
+INTERRUPTED = "interrupted"
+"""Reason prefix of a trial whose process died mid-trial: failed, and not counted in the budget."""
 
 
 def fail_orphaned_trials(study) -> list[int]:
     """Mark FAIL every RUNNING trial whose process (on this host) is gone: a trial interrupted
     by a crash or SIGKILL is never counted as done and never left running for ever. Trials of
     live workers and of other hosts are left alone."""
-    import datetime as dt
     host = socket.gethostname()
     failed = []
     for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
-        owner = str(t.user_attrs.get("owner", ""))
-        h, _, pid = owner.rpartition(":")
+        h, pid = _owner(t)
+        owner = f"{h}:{pid}" if h else ""
         if not owner:
             # killed between ask and recording its owner (a live worker records it within
             # milliseconds): orphaned once it is older than the grace period
@@ -172,7 +183,7 @@ def fail_orphaned_trials(study) -> list[int]:
         elif h != host or not pid.isdigit() or _alive(int(pid)):
             continue
         try:
-            study._storage.set_trial_user_attr(t._trial_id, "reason", f"interrupted: process {owner} died mid-trial")
+            study._storage.set_trial_user_attr(t._trial_id, "reason", f"{INTERRUPTED}: process {owner} died mid-trial")
             study._storage.set_trial_state_values(t._trial_id, optuna.trial.TrialState.FAIL)
             failed.append(t.number)
         except (RuntimeError, optuna.exceptions.UpdateFinishedTrialError):
@@ -191,7 +202,7 @@ STORAGE_ERRORS = (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError
 FAILURE_KINDS = (("timed out", "timeout"), ("invalid iteration time: nan", "NaN time"),
                  ("invalid iteration time: inf", "infinite time"), ("invalid iteration time: -", "negative time"),
                  ("invalid iteration time", "invalid time"), ("command failed (signal", "killed mid-run"),
-                 ("out of memory", "out of memory"), ("interrupted", "interrupted"),
+                 ("out of memory", "out of memory"), (INTERRUPTED, INTERRUPTED),
                  ("backend raised", "backend raised"), ("no JSON line", "no result line"),
                  ("command failed", "command failed"), ("does not report", "missing objective"))
 
@@ -329,8 +340,7 @@ class StudyRunner:
         fail_orphaned_trials(study)
         # interrupted trials are failed but do not use up the budget: the resumed study still
         # reaches the number of finished trials it was asked for
-        n_interrupted = sum(1 for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.FAIL,))
-                            if str(t.user_attrs.get("reason", "")).startswith("interrupted"))
+        n_interrupted = sum(map(_interrupted, study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.FAIL,))))
         base = self._baselines(study)
         self.strategy.bind(self.space, self.encoding, self.seed + len(study.trials))
         if tracker is not None:
@@ -340,7 +350,7 @@ class StudyRunner:
                                       "global_batch_seqs": self.scenario.global_batch_seqs})
             for t in study.trials:   # trials finished before a crash but never logged
                 if t.state.is_finished() and not _owner_may_still_log(t):
-                    self._track(tracker, t, base, catch_up=True)
+                    self._track(tracker, t, base)
         if not study.trials and self.strategy.max_trials is None:   # search strategies start from the baselines
             for name in ("production", "sota") if self.seed_baselines else ("production",):
                 if base[name]["config"]:
@@ -379,10 +389,7 @@ class StudyRunner:
                 with self._ask_lock():
                     trial = self._storage_call(study.ask, self.distributions)
                 self._run_trial(study, trial, base, tracker)
-                if tracker is not None and tracker.dead:
-                    raise ServiceUnavailable("--tracking-uri", mask_uri(self.tracking_uri), tracker.retries,
-                                             tracker.dead, "every finished trial is in the storage; resume with "
-                                             f"--study-name {self.study_name} to log them")
+                self._raise_if_tracking_gone(tracker)
         except KeyboardInterrupt:
             status = "KILLED"
             raise
@@ -394,13 +401,16 @@ class StudyRunner:
                 bar.close()
             if tracker is not None:
                 self._finish_tracking(study, base, tracker, status)
+        self._raise_if_tracking_gone(tracker)
+        self.last_values = [t.values[0] if t.state == optuna.trial.TrialState.COMPLETE and t.user_attrs.get("feasible")
+                            else None for t in study.trials]
+        return self._summary(study, base, tracker, time.perf_counter() - t0)
+
+    def _raise_if_tracking_gone(self, tracker) -> None:
         if tracker is not None and tracker.dead:
             raise ServiceUnavailable("--tracking-uri", mask_uri(self.tracking_uri), tracker.retries, tracker.dead,
                                      "every finished trial is in the storage; resume with "
                                      f"--study-name {self.study_name} to log them")
-        self.last_values = [t.values[0] if t.state == optuna.trial.TrialState.COMPLETE and t.user_attrs.get("feasible")
-                            else None for t in study.trials]
-        return self._summary(study, base, tracker, time.perf_counter() - t0)
 
     @contextlib.contextmanager
     def _ask_lock(self):
@@ -485,7 +495,7 @@ class StudyRunner:
         if tracker is not None:
             self._track(tracker, call(study._storage.get_trial, trial._trial_id), base)
 
-    def _track(self, tracker, t, base, catch_up: bool = False):
+    def _track(self, tracker, t, base):
         cfg = t.user_attrs.get("config") or {}
         value = t.values[0] if t.state == optuna.trial.TrialState.COMPLETE else None
         feasible = bool(t.user_attrs.get("feasible", False)) and value is not None
@@ -503,7 +513,7 @@ class StudyRunner:
         tags = {"autotune.state": t.state.name}
         if t.user_attrs.get("reason"):
             tags["autotune.reason"] = t.user_attrs["reason"][:500]
-        tracker.log_trial(t.number, cfg, metrics, tags, check_existing=catch_up)
+        tracker.log_trial(t.number, cfg, metrics, tags)
 
     def _feasible(self, study):
         return [t for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))

@@ -94,14 +94,12 @@ class Tracker:
         return done
 
     # ------------------------------------------------------------ logging (async)
-    def log_trial(self, number: int, params: dict, metrics: dict, tags: dict | None = None,
-                  check_existing: bool = False) -> None:
-        """Queue one trial's child run; ``check_existing`` (catching up after a crash) first
-        looks for a run another process logged since this tracker started."""
+    def log_trial(self, number: int, params: dict, metrics: dict, tags: dict | None = None) -> None:
+        """Queue one trial's child run (written only if no process has logged that trial yet)."""
         if number in self.logged:
             return
         self.logged.add(number)
-        self._q.put(("trial", number, params, metrics, (tags or {}) | ({"_check": "1"} if check_existing else {})))
+        self._q.put(("trial", number, params, metrics, tags or {}))
 
     def log_study(self, params: dict | None = None, metrics: dict | None = None) -> None:
         self._q.put(("study", params or {}, metrics or {}))
@@ -125,8 +123,6 @@ class Tracker:
                     now = int(time.time() * 1000)
                     if item[0] == "trial":
                         _, number, params, metrics, tags = item
-                        tags = dict(tags)
-                        tags.pop("_check", None)
                         # always look first: another worker (a resumed run, or one that raced
                         # for the same queued trial on SQLite) may have logged this trial
                         if run_id is None and self._already_logged(number):

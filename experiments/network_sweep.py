@@ -67,12 +67,16 @@ def measure(point, placement: str = "dp_out") -> dict:
     return row
 
 
+def placement_of(cfg) -> str:
+    return cfg.options.get("placement", "dp_out")
+
+
 def main():
     from functools import partial
     run, rows = sweep_script(__doc__, "experiments/configs/network.yaml", None,
-                             lambda cfg: partial(measure, placement=cfg.options.get("placement", "dp_out")))
+                             lambda cfg: partial(measure, placement=placement_of(cfg)))
     args, cfg, out, stem = run.args, run.config, run.out, run.stem
-    placement = cfg.options.get("placement", "dp_out")
+    placement = placement_of(cfg)
     plots = []
     if cfg.cuts:
         plots.append(plot_cuts(rows, list(cfg.cuts), "gbn_penalty_pct", out / f"{stem}-gbn.png",

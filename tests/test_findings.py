@@ -19,8 +19,7 @@ from autotune.specs import build_scenario
 
 @lru_cache(maxsize=None)
 def scen(model: str, **xb):
-    return build_scenario(model=model, cluster="metro-2bldg",
-                          overrides=[f"cluster.cross_building.{k}={v}" for k, v in xb.items()])
+    return _scen(model, xb)
 
 
 def _scen(model, xb: dict, batch=None):

@@ -62,17 +62,16 @@ class CostModelBackend:
                                   "memory_per_gpu_bytes": e.memory_per_gpu_bytes})
 
 
-def _command_backend(**options):
-    from .command import CommandBackend
-    return CommandBackend(**options)
+def _lazy(module: str, cls: str):
+    """A factory importing ``module`` only when the backend is asked for (torch is heavy)."""
+    def make(**options):
+        import importlib
+        return getattr(importlib.import_module(module, __package__), cls)(**options)
+    return make
 
 
-def _local_torch_backend(**options):
-    from .local_torch import LocalTorchBackend
-    return LocalTorchBackend(**options)
-
-
-BUILTIN = {"costmodel": CostModelBackend, "command": _command_backend, "local-torch": _local_torch_backend}
+BUILTIN = {"costmodel": CostModelBackend, "command": _lazy(".command", "CommandBackend"),
+           "local-torch": _lazy(".local_torch", "LocalTorchBackend")}
 
 
 def available_backends() -> dict:

@@ -47,6 +47,15 @@ class LocalTorchBackend:
             except NamespaceUnavailable as e:
                 raise UserInputError("--backend-option emulate", "true", f"a machine that allows it: {e}") from None
 
+    def can_run(self, scenario, config) -> bool:
+        """Whether the workload runs this configuration (``autotune calibrate`` designs with it)."""
+        from ..workloads.launch import check_job
+        try:
+            check_job(job_for(scenario, config))
+            return True
+        except UserInputError:
+            return False
+
     def measure(self, scenario, config) -> Measurement:
         from ..workloads.launch import run_job
         job = job_for(scenario, config, self.warmup, self.steps, self.threads)

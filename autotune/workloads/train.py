@@ -160,10 +160,11 @@ def main(job: dict) -> None:
         schedule = cls(stages if (v > 1 or sched in V_SHAPED or sched == "zb1p") else stages[0], n_microbatches=n_mb,
                        loss_fn=loss_fn)
 
+    first, last = 0 in stages_here, (n_stages - 1) in stages_here
+
     def step():
         opt.zero_grad(set_to_none=True)
         if schedule is not None:
-            first, last = 0 in stages_here, (n_stages - 1) in stages_here
             kw = {"target": target} if last else {}
             if first:
                 schedule.step(tokens, **kw)
