@@ -49,7 +49,8 @@ class CalibrationResult:
 
 
 def design(scenario: Scenario, runnable, n_configs: int = 14, seed: int = 0) -> list:
-    """One runnable configuration per (placement, flavour, schedule) group, up to n_configs."""
+    """One runnable configuration per (placement, flavour, schedule, micro-batch) group, up to
+    n_configs, in a seeded random order (so a small cluster still yields enough distinct runs)."""
     space = SearchSpace(scenario, cp_values=(1,), micro_batches=(1, 2, 4), chunks=(2,), queue_pairs=(1,))
     core = space.legal_core
     keep = (core["tp"] == 1) & (core["ep"] == 1) & (core["recompute"] == 0) & (core["placement"] <= 1)
@@ -58,7 +59,8 @@ def design(scenario: Scenario, runnable, n_configs: int = 14, seed: int = 0) -> 
     groups: dict = {}
     for i in rng.permutation(len(rows["tp"])):
         cfg = config_at(rows, int(i))
-        key = (cfg.placement, cfg.dp_flavour if cfg.dp > 1 else "-", cfg.pp_schedule if cfg.pp > 1 else "-")
+        key = (cfg.placement, cfg.dp_flavour if cfg.dp > 1 else "-", cfg.pp_schedule if cfg.pp > 1 else "-",
+               cfg.micro_batch)
         if key in groups or not runnable(cfg):
             continue
         groups[key] = cfg
@@ -72,7 +74,8 @@ def design(scenario: Scenario, runnable, n_configs: int = 14, seed: int = 0) -> 
 
 def with_params(scenario: Scenario, p: dict, xb_Bps: float) -> Scenario:
     c = scenario.cluster
-    buildings = tuple(b.model_copy(update={"gpu": b.gpu.model_copy(update={"peak_flops_bf16": p["peak_flops"]})})
+    peak_field = "peak_flops_fp32" if scenario.precision == "fp32" else "peak_flops_bf16"   # the one in use
+    buildings = tuple(b.model_copy(update={"gpu": b.gpu.model_copy(update={peak_field: p["peak_flops"]})})
                       for b in c.buildings)
     so = c.scale_out.model_copy(update={"bandwidth_Bps": p["so_bandwidth"], "latency_s": p["so_latency"]})
     upd = {"buildings": buildings, "scale_out": so}
@@ -125,7 +128,8 @@ def calibrate(scenario: Scenario, backend_factory, xb_mbit: list[float], n_confi
         for cfg in configs:
             m = backend.measure(scenario, cfg)
             rows.append({"config": cfg, "xb_Bps": rate * 1e6 / 8, "xb_mbit": rate, "holdout": id(cfg) in hold,
-                         "measured_s": m.iteration_time_s if not m.failed else None, "reason": m.reason})
+                         "measured_s": m.iteration_time_s if not m.failed else None, "reason": m.reason,
+                         "xb_bytes_measured": (m.extra or {}).get("xb_bytes_per_step")})
             if progress:
                 progress()
     ok = [r for r in rows if r["measured_s"]]
@@ -135,7 +139,7 @@ def calibrate(scenario: Scenario, backend_factory, xb_mbit: list[float], n_confi
         failed = "; ".join(sorted({r["reason"][:120] for r in rows if not r["measured_s"]}))
         raise UserInputError("--backend", "measurements", f"enough successful runs to fit and score ({failed})")
     c = scenario.cluster
-    start = {"peak_flops": c.buildings[0].gpu.peak_flops_bf16, "so_bandwidth": c.scale_out.bandwidth_Bps,
+    start = {"peak_flops": c.buildings[0].gpu.peak_flops(scenario.precision), "so_bandwidth": c.scale_out.bandwidth_Bps,
              "so_latency": max(c.scale_out.latency_s, 1e-6),
              "xb_latency": max(c.cross_building.latency_s if c.cross_building else 1e-5, 1e-6), "xb_rate_fraction": 0.8}
     p = fit(scenario, fit_rows, start)
@@ -144,7 +148,9 @@ def calibrate(scenario: Scenario, backend_factory, xb_mbit: list[float], n_confi
         pred = predict(scenario, p, group)
         for r, t in zip(group, pred):
             out.append({"config": r["config"].model_dump(), "xb_mbit": r["xb_mbit"], "measured_s": r["measured_s"],
-                        "predicted_s": float(t), "ape_pct": 100 * abs(t / r["measured_s"] - 1)})
+                        "predicted_s": float(t), "ape_pct": 100 * abs(t / r["measured_s"] - 1),
+                        "xb_bytes_measured": r["xb_bytes_measured"],
+                        "xb_bytes_predicted": evaluate(scenario, r["config"]).traffic["xb_bytes_per_step"]})
     res.spearman_holdout = spearman([r["measured_s"] for r in res.holdout_rows],
                                     [r["predicted_s"] for r in res.holdout_rows])
     res.mape_holdout_pct = statistics.median(r["ape_pct"] for r in res.holdout_rows)

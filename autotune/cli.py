@@ -27,7 +27,7 @@ def scenario_options(f):
         click.option("--gpus", type=int, default=None, help="total GPUs, split evenly over buildings"),
         click.option("--global-batch", "global_batch", type=int, default=None, help="sequences per step"),
         click.option("--seq-len", "seq_len", type=int, default=None),
-        click.option("--precision", type=click.Choice(["bf16", "fp16", "fp8"]), default=None),
+        click.option("--precision", type=click.Choice(["bf16", "fp16", "fp8", "fp32"]), default=None),
         click.option("--scenario", "scenario_file", default=None, help="scenario YAML (model, workload, cluster)"),
         click.option("--set", "overrides", multiple=True, help="dotted override, e.g. cluster.cross_building.loss_rate=1e-5"),
     ]
@@ -344,6 +344,9 @@ def calibrate(backend, backend_options, xb_mbit, n_configs, holdout, seed, out_p
         raise UserInputError("--holdout", holdout, "a fraction between 0.1 and 0.6")
     opts = _backend_options(backend_options)
     probe = get_backend(backend, **opts)              # a bad backend or option fails before any run
+    semantics = getattr(probe, "workload_semantics", None) or {}
+    if semantics:                                     # model what the backend's workload really does
+        scen = scen.model_copy(update={"workload": scen.workload.model_copy(update=semantics)})
     can_run = getattr(probe, "can_run", None)
     runnable = (lambda cfg: can_run(scen, cfg)) if can_run else None
 
@@ -361,6 +364,8 @@ def calibrate(backend, backend_options, xb_mbit, n_configs, holdout, seed, out_p
     data = res.to_dict()
 
     def human(d):
+        if semantics:
+            click.echo("workload as the backend runs it: " + ", ".join(f"{k}={v}" for k, v in semantics.items()))
         click.echo("fitted: " + ", ".join(f"{k}={v:.4g}" for k, v in d["params"].items()))
         click.echo(f"held-out ({d['n_holdout']} runs): Spearman {d['spearman_holdout']:.3f}, "
                    f"median APE {d['mape_holdout_pct']:.1f}%   (fit runs: median APE {d['mape_fit_pct']:.1f}%)")

@@ -121,3 +121,40 @@ def test_public_api():
     assert isinstance(s, Scenario)
     b = S2(s).sample(4, seed=0)
     assert len(evb(s, b)["iteration_time_s"]) == 4
+
+
+def _llama8b_metro(**workload):
+    over = [f"workload.{k}={v}" for k, v in workload.items()]
+    return build_scenario("llama3-8b", "metro-2bldg", gpus=256, overrides=over)
+
+
+def test_fp32_precision_doubles_the_bytes_on_the_wire():
+    """precision=fp32 (the CPU reference workload): activations, gathered weights and reduced
+    gradients move 4 bytes per element instead of bf16's 2."""
+    c = Config(tp=1, pp=2, dp=128, dp_flavour="ddp", pp_schedule="1f1b", micro_batch=1)
+    bf16, fp32 = evaluate(_llama8b_metro(), c), evaluate(_llama8b_metro(precision="fp32"), c)
+    assert fp32.traffic["xb_bytes_per_step"] == pytest.approx(2 * bf16.traffic["xb_bytes_per_step"])
+    assert fp32.iteration_time_s > bf16.iteration_time_s          # half the peak, twice the bytes
+    assert fp32.memory_per_gpu_bytes > bf16.memory_per_gpu_bytes
+
+
+def test_fsdp_regather_policies_order_traffic_and_memory():
+    """every_pass (ZeRO-3: 3 collectives per micro-batch) moves the most bytes and holds the least;
+    never (one all-gather and one reduce-scatter per step) moves exactly ZeRO-1's bytes and holds
+    unsharded weights and gradients; forward lies between."""
+    c = Config(tp=1, pp=2, dp=128, dp_flavour="fsdp", pp_schedule="1f1b", micro_batch=1)
+    ev = {p: evaluate(_llama8b_metro(fsdp_regather=p), c) for p in ("every_pass", "forward", "never")}
+    xb = {p: e.traffic["xb_bytes_per_step"] for p, e in ev.items()}
+    mem = {p: e.memory_per_gpu_bytes for p, e in ev.items()}
+    assert xb["every_pass"] > xb["forward"] > xb["never"]
+    assert mem["every_pass"] < mem["forward"] < mem["never"]
+    zero1 = evaluate(_llama8b_metro(), c.model_copy(update={"dp_flavour": "zero1"}))
+    assert xb["never"] == pytest.approx(zero1.traffic["xb_bytes_per_step"])
+    assert ev["every_pass"].iteration_time_s >= ev["never"].iteration_time_s
+
+
+def test_the_default_regather_policy_leaves_scenario_keys_unchanged():
+    """Studies stored before the field existed resume: the default is left out of the key."""
+    a, b = _llama8b_metro(), _llama8b_metro(fsdp_regather="forward")
+    assert a.key != b.key and a.key == _llama8b_metro(fsdp_regather="every_pass").key
+    assert "fsdp_regather" not in a.model_dump_json(exclude={"workload": {"fsdp_regather"}})

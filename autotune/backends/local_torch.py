@@ -29,6 +29,10 @@ def job_for(scenario, config, warmup: int = 2, steps: int = 5, threads_per_rank:
 
 class LocalTorchBackend:
     name = "local-torch"
+    workload_semantics = {"precision": "fp32", "fsdp_regather": "forward"}
+    """What the reference workload does, as scenario workload fields: it trains in fp32, and FSDP2
+    under torch.distributed.pipelining gathers before every forward and once for the backward
+    (``autotune calibrate`` fits the cost model with these set)."""
 
     def __init__(self, warmup: int | str = 2, steps: int | str = 5, timeout_s: float | str = 300.0,
                  threads_per_rank: int | str = 1, emulate: str | bool = False, xb_rate_mbit: float | str | None = None):
@@ -75,4 +79,5 @@ class LocalTorchBackend:
             return Measurement.failure(out["error"])
         return Measurement(iteration_time_s=float(out["iteration_time_s"]), breakdown=out.get("breakdown", {}),
                            extra={"step_times_s": out.get("step_times_s"),
-                                  "microbatches": out.get("microbatches")}).checked()
+                                  "microbatches": out.get("microbatches"),
+                                  "xb_bytes_per_step": out.get("xb_bytes_per_step")}).checked()

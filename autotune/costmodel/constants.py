@@ -15,6 +15,7 @@ ADAM_STEP_TRAFFIC_BYTES_PER_PARAM = 30.0
 """HBM traffic of one fused Adam step per owned parameter: read fp32 master, m, v, grad (16 B),
 write master, m, v (12 B) and the bf16 copy (2 B)."""
 
+FP32_BYTES = 4.0                      # one fp32 element (precision=fp32 training)
 ACTIVATION_BYTES = 2.0                # bf16 activations on the wire (TP, CP, PP, EP)
 LOGITS_BYTES = 4.0                    # fp32 logits kept for the loss
 

@@ -18,7 +18,7 @@ from .network import effective_bandwidth_Bps
 from .params import CostParams, default_params
 from .pipeline import (S_DUALPIPEV, S_GPIPE, S_ZBV, bubble_time, chain_hops,
                        in_flight_microbatches)
-from .scenario_consts import scenario_consts, tier_of_span
+from .scenario_consts import FSDP_EVERY_PASS, FSDP_FORWARD, FSDP_NEVER, scenario_consts, tier_of_span
 from .xp import NUMPY, SCALAR
 
 if TYPE_CHECKING:
@@ -126,7 +126,7 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
     t_b_comp = lin_f + t_head + 2 * core_f + elem_f + recompute_extra
 
     # ---- tensor parallel (sequence parallel): 2 all-gathers + 2 reduce-scatters per layer pass ----
-    s_tp = tok * k.h * C.ACTIVATION_BYTES
+    s_tp = tok * k.h * k.wire_bytes
     t_tp_coll = xp.where(tp > 1, (tp - 1) / tp * s_tp / k.nvlink_Bps + (tp - 1) * k.nvlink_alpha_s, 0.0)
     tp_f = Ls * 4 * t_tp_coll
     tp_b = Ls * 4 * t_tp_coll * xp.where(rc == R_FULL, 2.0, 1.0)
@@ -136,7 +136,7 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
     bw_cp_in, a_cp_in = tier_of_span(k, tp * cp_in, xp)
     bw_cp = xp.where(x_cp > 1, xp.minimum(bw_cp_in, bw_x_all), bw_cp_in)
     a_cp = xp.where(x_cp > 1, k.x_alpha_s, a_cp_in)
-    kv_bytes = 2 * tok * k.kv_dim * C.ACTIVATION_BYTES / tp
+    kv_bytes = 2 * tok * k.kv_dim * k.wire_bytes / tp
     t_cp_ring = (cp - 1) * (kv_bytes / bw_cp + a_cp)
     cp_f = Ls * xp.maximum(0.0, t_cp_ring - t_core)
     cp_b = Ls * xp.maximum(0.0, 2 * t_cp_ring - 2 * t_core)
@@ -144,7 +144,7 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
     # ---- expert parallel: all-to-all dispatch + combine per MoE layer (fwd 2, bwd 2) ----
     ep_in = ep / x_ep
     bw_ep_in, a_ep_in = tier_of_span(k, tp * cp * ep_in, xp)
-    a2a_bytes = tok * k.top_k * k.h * C.ACTIVATION_BYTES
+    a2a_bytes = tok * k.top_k * k.h * k.wire_bytes
     t_a2a = xp.where(x_ep > 1, (B - 1) / B * a2a_bytes / bw_x_all + k.x_alpha_s,
                      all_to_all_time(a2a_bytes, ep, bw_ep_in, a_ep_in, xp))
     hide = xp.where(sc == S_DUALPIPEV, 1.0, 0.0)    # DualPipeV overlaps a2a with the paired chunk
@@ -169,8 +169,8 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
     bw_d_ring = xb_bw(k.G_b / n_in_d)
     ax = k.x_alpha_s
 
-    g_d, g_e = P_dense * C.GRAD_REDUCE_BYTES_PER_PARAM, P_exp * C.GRAD_REDUCE_BYTES_PER_PARAM
-    # parameters are gathered in bf16 and gradients reduced in bf16: same bytes (asserted in tests)
+    g_d, g_e = P_dense * k.wire_bytes, P_exp * k.wire_bytes
+    # parameters are gathered and gradients reduced in the wire precision: same bytes (asserted in tests)
     one = 1.0
     grp_d = group_coefficients(coll, n_in_d, b_dp, bw_d_in, a_d_in, bw_d_ring, bw_x_all, ax, xp)
     grp_d_in = group_coefficients(coll, n_in_d, one, bw_d_in, a_d_in, bw_d_ring, bw_x_all, ax, xp)
@@ -194,14 +194,26 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
         hxs = hxs + grp_e_x.xb_bytes(2, g_e / n_in_e)
 
     is_fsdp, is_hsdp = fl == F_FSDP, fl == F_HSDP
-    # per micro-batch (ZeRO-3 semantics): all-gather before forward; all-gather and
-    # reduce-scatter around backward (parameters and gradients move the same bf16 bytes)
-    gather_mb = xp.where(is_fsdp, rs, xp.where(is_hsdp, rs_in, 0.0))
-    per_step_grad = xp.select([fl == F_DDP, fl == F_ZERO1, is_hsdp], [ar, rs, hs_x], 0.0)
-    per_step_param = xp.where(fl == F_ZERO1, rs, 0.0)
+    # FSDP/HSDP shard-group collectives (parameters and gradients move the same bytes), by the
+    # workload's regather policy (WorkloadSpec.fsdp_regather):
+    #   every_pass (ZeRO-3): per micro-batch, all-gather before forward, all-gather before
+    #     backward, reduce-scatter after it;
+    #   forward (FSDP2 under torch pipelining): per micro-batch an all-gather of the layers before
+    #     forward (the root module, embedding and head, is not resharded after forward: FSDP2's
+    #     fully_shard); once per step the backward all-gather and the reduce-scatter;
+    #   never (torchtitan under PP): once per step, one all-gather and one reduce-scatter.
+    shard_coll = xp.where(is_fsdp, rs, xp.where(is_hsdp, rs_in, 0.0))
+    rg = k.fsdp_regather
+    P_root = k.vocab * k.h / tp * xp.where(pp > 1, 1.0, 2.0)
+    layer_share = (P_dense + P_exp - P_root) / (P_dense + P_exp)   # bytes share; latency terms approximated
+    gather_f_mb = xp.select([rg == FSDP_EVERY_PASS, rg == FSDP_FORWARD], [shard_coll, layer_share * shard_coll], 0.0)
+    gather_b_mb = 2 * shard_coll if rg == FSDP_EVERY_PASS else 0.0 * shard_coll
+    shard_step = 0.0 * shard_coll if rg == FSDP_EVERY_PASS else shard_coll     # once-per-step gather; RS alike
+    per_step_grad = xp.select([fl == F_DDP, fl == F_ZERO1, is_hsdp], [ar, rs, hs_x], 0.0) + shard_step
+    per_step_param = xp.where(fl == F_ZERO1, rs, 0.0) + shard_step
 
     # ---- pipeline point-to-point ----
-    s_pp = tok * k.h * C.ACTIVATION_BYTES / tp
+    s_pp = tok * k.h * k.wire_bytes / tp
     stage_gpus = k.G_b * b_pp / pp                   # GPUs of one stage inside one building
     bw_pp_in, a_pp_in = tier_of_span(k, 2 * stage_gpus, xp)
     bw_pp_x = xb_bw(xp.maximum(stage_gpus, 1.0))
@@ -217,8 +229,8 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
     # ---- per-micro-batch pace of the bottleneck rank, then the whole pipeline ----
     # FSDP gathers overlap the forward and backward they feed (prefetch), or add to them; W is
     # compute only. Every stretched time is monotone in bandwidth and latency.
-    t_f_p = xp.where(overlap, xp.maximum(t_f, gather_mb), t_f + gather_mb)
-    t_b_p = xp.where(overlap, xp.maximum(t_b, 2 * gather_mb), t_b + 2 * gather_mb)
+    t_f_p = xp.where(overlap, xp.maximum(t_f, gather_f_mb), t_f + gather_f_mb)
+    t_b_p = xp.where(overlap, xp.maximum(t_b, gather_b_mb), t_b + gather_b_mb)
     T_fsdp = t_f_p + t_b_p + t_w
     T_pace = xp.maximum(T_fsdp, p2p_bw_bound)
     infl = in_flight_microbatches(sc, pp, v, m, xp)
@@ -243,24 +255,28 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
     iteration = T_pipe + dp_exposed + t_opt
 
     # ---- memory per GPU (bottleneck rank) ----
-    per_param_full = C.WEIGHT_BYTES_PER_PARAM + C.GRAD_BYTES_PER_PARAM + C.OPTIMIZER_BYTES_PER_PARAM
+    per_param_full = k.weight_bytes + k.grad_bytes + k.optimizer_bytes
     sharded_all = is_fsdp | is_hsdp
-    states = xp.where(sharded_all, per_param_full * owned,
-                      (C.WEIGHT_BYTES_PER_PARAM + C.GRAD_BYTES_PER_PARAM) * (P_dense + P_exp)
-                      + C.OPTIMIZER_BYTES_PER_PARAM * owned)
+    # FSDP that does not reshard within the step holds unsharded gradients (forward, never)
+    # and unsharded weights (never) between micro-batches
+    held = (k.grad_bytes if rg != FSDP_EVERY_PASS else 0.0) + (k.weight_bytes if rg == FSDP_NEVER else 0.0)
+    states = xp.where(sharded_all, per_param_full * owned + held * (P_dense + P_exp - owned),
+                      (k.weight_bytes + k.grad_bytes) * (P_dense + P_exp)
+                      + k.optimizer_bytes * owned)
     layer_params = (k.attn_params + xp.maximum(k.dense_mlp_params, k.moe_other_params - k.attn_params
                                                + k.experts * k.expert_params / ep)) / tp
-    gather_buf = xp.where(sharded_all, 2 * C.WEIGHT_BYTES_PER_PARAM * layer_params, 0.0)
+    gather_buf = xp.where(sharded_all, 2 * k.weight_bytes * layer_params, 0.0)
     swiglu = 1.5 if k.mlp_mats == 3 else 1.0
     mlp_dense_k = k.ffn * swiglu / (4 * k.h)
     mlp_moe_k = (k.top_k * C.EXPERT_IMBALANCE_FACTOR + k.shared) * k.ffn_e * swiglu / (4 * k.h)
-    act_lin = tok * k.h / tp * (C.ACT_ATTN_BYTES_PER_TOKEN_HIDDEN * Ls
+    act_scale = k.wire_bytes / C.ACTIVATION_BYTES     # Korthikanti's bytes are 16-bit; fp32 doubles them
+    act_lin = act_scale * tok * k.h / tp * (C.ACT_ATTN_BYTES_PER_TOKEN_HIDDEN * Ls
                                 + C.ACT_MLP_BYTES_PER_TOKEN_HIDDEN * (Ls_dense * mlp_dense_k + Ls_moe * mlp_moe_k))
-    act_scores = 0.0 if k.flash else Ls * C.ACT_SCORES_BYTES_PER_TOKEN_HEAD_SEQ * k.heads * tok * k.seq / tp
+    act_scores = 0.0 if k.flash else act_scale * Ls * C.ACT_SCORES_BYTES_PER_TOKEN_HEAD_SEQ * k.heads * tok * k.seq / tp
     act_layer_full = (act_lin + act_scores) / Ls
     act_mb = xp.select([rc == R_NONE, rc == R_SELECTIVE],
                        [act_lin + act_scores, act_lin],
-                       C.ACT_FULL_RECOMPUTE_BYTES_PER_TOKEN_HIDDEN * tok * k.h / tp * Ls)
+                       act_scale * C.ACT_FULL_RECOMPUTE_BYTES_PER_TOKEN_HIDDEN * tok * k.h / tp * Ls)
     acts = infl * act_mb + xp.where(rc == R_FULL, act_layer_full, 0.0) \
         + tok * k.vocab * C.LOGITS_BYTES / tp
     memory = states + gather_buf + acts + C.FRAMEWORK_RESERVED_BYTES
@@ -281,7 +297,8 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
     pp_latency = m * (cycle - T_pace) + 2 * D_chain
 
     # ---- bytes per GPU per step on each tier ----
-    xb_dp = xp.select([fl == F_DDP, fl == F_ZERO1, is_fsdp, is_hsdp], [xar, 2 * xrs, m * 3 * xrs, hxs], 0.0)
+    fsdp_colls = 3 * m if rg == FSDP_EVERY_PASS else (m * layer_share + 2 if rg == FSDP_FORWARD else 2.0)  # per step
+    xb_dp = xp.select([fl == F_DDP, fl == F_ZERO1, is_fsdp, is_hsdp], [xar, 2 * xrs, fsdp_colls * xrs, hxs], 0.0)
     # each crossing hop carries s_pp from every GPU of the sending stage (N/pp GPUs), both ways
     xb_pp = xp.where(has_pp, 2 * m * xhops * s_pp / pp, 0.0)
     xb_ep = xp.where(x_ep > 1, m * Ls_moe * 4 * (B - 1) / B * a2a_bytes, 0.0)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..specs.scenario import Scenario
+from . import constants as C
 from .network import effective_bandwidth_Bps
 from .params import CostParams
 from .xp import NUMPY, SCALAR
@@ -24,6 +25,23 @@ class ScenarioConsts:
     x_tier: object
     net_eff: float
     flash: bool
+    wire_bytes: float            # bytes per element of activations, gathered weights, reduced gradients
+    weight_bytes: float; grad_bytes: float; optimizer_bytes: float   # resident, per parameter
+    fsdp_regather: int           # FSDP_EVERY_PASS, FSDP_FORWARD or FSDP_NEVER
+
+
+FSDP_EVERY_PASS, FSDP_FORWARD, FSDP_NEVER = range(3)
+_REGATHER = {"every_pass": FSDP_EVERY_PASS, "forward": FSDP_FORWARD, "never": FSDP_NEVER}
+
+
+def precision_bytes(precision: str) -> tuple[float, float, float, float]:
+    """(wire, weight, gradient, optimizer) bytes per element / parameter of a precision.
+    Mixed precision (bf16/fp16/fp8 GEMMs): bf16 on the wire, 2 + 4 + 12 resident
+    (``constants``); fp32 throughout: 4 on the wire, fp32 weights and gradients, Adam m and v
+    (4 + 4 + 8 = 16 B/param, no separate master copy)."""
+    if precision == "fp32":
+        return C.FP32_BYTES, C.FP32_BYTES, C.FP32_BYTES, 2 * C.FP32_BYTES
+    return C.ACTIVATION_BYTES, C.WEIGHT_BYTES_PER_PARAM, C.GRAD_BYTES_PER_PARAM, C.OPTIMIZER_BYTES_PER_PARAM
 
 
 def _hybrid_split(B: int) -> tuple[int, int]:
@@ -65,6 +83,8 @@ def _compute_consts(scenario: Scenario, params: CostParams) -> ScenarioConsts:
     # synchronous training runs at the pace of its slowest GPU; memory must fit the smallest
     slow = min(gpus, key=lambda g: g.peak_flops(scenario.precision) or g.peak_flops_bf16)
     peak_bf16 = slow.peak_flops_bf16
+    if scenario.precision == "fp32":
+        peak_bf16 = slow.peak_flops("fp32")          # every GEMM and the attention core run in fp32
     if scenario.precision == "fp8":
         ratio = slow.peak_flops_fp8 / peak_bf16
         peak_lin = peak_bf16 * (1.0 + (ratio - 1.0) * params.fp8_gemm_speedup_realised)
@@ -88,7 +108,7 @@ def _compute_consts(scenario: Scenario, params: CostParams) -> ScenarioConsts:
         B=c.n_buildings, G_b=G_b, node=min(g.nvlink_domain_gpus for g in gpus), zone=zone,
         b_pp_hybrid=b_pp_h, b_dp_hybrid=b_dp_h,
         peak_lin=peak_lin, peak_bf16=peak_bf16, peak_precision=slow.peak_flops(scenario.precision),
-        ridge=slow.ridge_flops_per_byte,
+        ridge=peak_bf16 / slow.hbm_bandwidth_Bps,   # roofline ridge of the precision's peak
         hbm_bytes=min(g.hbm_bytes for g in gpus), hbm_Bps=min(g.hbm_bandwidth_Bps for g in gpus),
         nvlink_Bps=min(g.nvlink_bandwidth_Bps for g in gpus) * params.nvlink_efficiency,
         nvlink_alpha_s=max(g.nvlink_latency_s for g in gpus), nic_Bps=nic,
@@ -97,6 +117,8 @@ def _compute_consts(scenario: Scenario, params: CostParams) -> ScenarioConsts:
         x_uplink_Bps=G_b * xt.bandwidth_Bps / xt.oversubscription, x_alpha_s=xt.one_way_latency_s,
         x_rtt_s=2 * xt.one_way_latency_s, x_paths=xt.n_paths, x_loss=xt.loss_rate, x_mtu=xt.mtu_bytes,
         x_tier=xt, net_eff=params.network_efficiency, flash=scenario.workload.flash_attention,
+        **dict(zip(("wire_bytes", "weight_bytes", "grad_bytes", "optimizer_bytes"), precision_bytes(scenario.precision))),
+        fsdp_regather=_REGATHER[scenario.workload.fsdp_regather],
     )
 
 

@@ -12,6 +12,8 @@ class HardwareSpec(BaseModel):
     name: str = "custom"
     peak_flops_bf16: float = Field(gt=0, description="dense bf16/fp16 FLOP/s")
     peak_flops_fp8: float = Field(ge=0, description="dense fp8 FLOP/s; 0 = no fp8 support")
+    peak_flops_fp32: float = Field(default=0.0, ge=0, description="dense FLOP/s of fp32 training "
+                                   "(TF32 tensor cores on GPUs); 0 = half the bf16 peak")
     hbm_bytes: float = Field(gt=0)
     hbm_bandwidth_Bps: float = Field(gt=0)
     nvlink_domain_gpus: int = Field(gt=0, le=576)
@@ -27,8 +29,12 @@ class HardwareSpec(BaseModel):
         return self
 
     def peak_flops(self, precision: str) -> float:
+        """Dense peak of a precision. fp32 defaults to half the bf16 peak: TF32 is exactly half of
+        dense bf16 on A100 (156 / 312 TFLOP/s) and H100 SXM (495 / 989), NVIDIA datasheets."""
         if precision == "fp8":
             return self.peak_flops_fp8
+        if precision == "fp32":
+            return self.peak_flops_fp32 or self.peak_flops_bf16 / 2
         return self.peak_flops_bf16
 
     @property

@@ -54,7 +54,9 @@ class Scenario(BaseModel):
         """A stable identity of the content (study metadata, on-disk caches). Not cached: a copy
         made with ``model_copy(update=...)`` must not inherit its source's key."""
         import hashlib
-        return hashlib.sha256(self.model_dump_json().encode()).hexdigest()[:16]
+        # fields added later are left out at their defaults, so keys of older studies stay valid
+        skip = {"workload": {"fsdp_regather"}} if self.workload.fsdp_regather == "every_pass" else None
+        return hashlib.sha256(self.model_dump_json(exclude=skip).encode()).hexdigest()[:16]
 
     def model_copy(self, *, update=None, deep: bool = False) -> "Scenario":
         """Copies start with an empty derived-value cache (pydantic copies private attributes

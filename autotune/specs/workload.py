@@ -12,6 +12,14 @@ class WorkloadSpec(BaseModel):
     global_batch_seqs: int | None = Field(default=None, gt=0, le=1 << 24,
                                           description="sequences per step; default from the model preset")
     seq_len: int | None = Field(default=None, gt=0, le=1 << 24, description="default: the model's seq_len")
-    precision: Literal["bf16", "fp16", "fp8"] = "bf16"
+    precision: Literal["bf16", "fp16", "fp8", "fp32"] = Field(
+        default="bf16", description="training precision: bf16/fp16 mixed precision, fp8 GEMMs on top of it, or "
+        "fp32 throughout (weights, activations and gradients on the wire; the CPU reference workload)")
+    fsdp_regather: Literal["every_pass", "forward", "never"] = Field(
+        default="every_pass", description="when FSDP/HSDP all-gather parameters within a step: every_pass = "
+        "ZeRO-3 (DeepSpeed): before every micro-batch's forward and backward, gradients reduce-scattered "
+        "every micro-batch; forward = FSDP2 under torch.distributed.pipelining (reshard_after_forward): "
+        "before every forward, once for the backward, one reduce-scatter per step; never = torchtitan "
+        "under PP (reshard_after_forward=False): one all-gather and one reduce-scatter per step")
     flash_attention: bool = Field(default=True, description="fused attention (FlashAttention): causal "
                                   "blocks skipped, no s^2 scores stored or streamed through HBM")

@@ -29,6 +29,7 @@ SCHEDULES = {"gpipe": "ScheduleGPipe", "1f1b": "Schedule1F1B", "interleaved_1f1b
              "zb1p": "ScheduleInterleavedZeroBubble", "zbv": "ScheduleZBVZeroBubble"}
 LOOPED = ("interleaved_1f1b", "zb1p")          # several chunks per rank, looping
 V_SHAPED = ("zbv",)                            # two chunks per rank, V placement
+SPLIT_BACKWARD = ("zb1p", "zbv")               # input and weight gradients in separate passes
 
 
 # ---------------------------------------------------------------- model (Llama-style)
@@ -94,6 +95,102 @@ def loss_fn(logits, target):
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1))
 
 
+# ---------------------------------------------------------------- data-parallel optimizers
+def _flat(tensors, pad: int) -> torch.Tensor:
+    return torch.cat([t.reshape(-1) for t in tensors] + [torch.zeros(pad)])
+
+
+def _grads(params):
+    return [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+
+
+def ring_reduce_scatter(out: torch.Tensor, inp: torch.Tensor, group) -> None:
+    """Sum-reduce-scatter as NCCL's ring does it: n-1 steps, each rank passing one 1/n chunk to its
+    successor, so each rank sends (n-1)/n of the buffer. Gloo's own reduce_scatter is an all-reduce
+    underneath (measured: twice those bytes), which would misrepresent ZeRO-1 and FSDP."""
+    n, r = dist.get_world_size(group), dist.get_rank(group)
+    chunks = inp.reshape(n, -1)
+    acc = chunks[(r - 1) % n].clone()
+    nxt, prv = dist.get_global_rank(group, (r + 1) % n), dist.get_global_rank(group, (r - 1) % n)
+    for s in range(n - 1):
+        got = torch.empty_like(acc)
+        for w in dist.batch_isend_irecv([dist.P2POp(dist.isend, acc, nxt, group),
+                                          dist.P2POp(dist.irecv, got, prv, group)]):
+            w.wait()
+        acc = got.add_(chunks[(r - s - 2) % n])
+    out.copy_(acc.reshape(out.shape))
+
+
+def _ring_reduce_scatter_comm():
+    """FSDP2's pluggable reduce-scatter (FSDPModule.set_custom_reduce_scatter) as the ring above."""
+    from torch.distributed.fsdp._fully_shard._fsdp_collectives import DefaultReduceScatter
+
+    class RingReduceScatter(DefaultReduceScatter):
+        def __call__(self, output_tensor, input_tensor, group, op, async_op=False):
+            if op not in (dist.ReduceOp.SUM, dist.ReduceOp.AVG, None):
+                raise RuntimeError(f"ring reduce-scatter supports SUM and AVG only, got {op}")
+            ring_reduce_scatter(output_tensor, input_tensor, group)
+            if op == dist.ReduceOp.AVG:
+                output_tensor.div_(dist.get_world_size(group))
+            return None
+    return RingReduceScatter()
+
+
+class ShardedAdamW:
+    """ZeRO-1 as Megatron's distributed optimizer does it: gradients reduce-scattered once per
+    step, AdamW on this rank's shard of the flat parameters, updated parameters all-gathered."""
+
+    def __init__(self, params, group, lr: float):
+        self.params, self.group = list(params), group
+        self.n, r = dist.get_world_size(group), dist.get_rank(group)
+        numel = sum(p.numel() for p in self.params)
+        self.pad = (-numel) % self.n
+        self.shard = (numel + self.pad) // self.n
+        flat = _flat([p.detach() for p in self.params], self.pad)
+        self.master = flat[r * self.shard:(r + 1) * self.shard].clone().requires_grad_(True)
+        self.opt = torch.optim.AdamW([self.master], lr=lr)
+
+    def zero_grad(self, set_to_none: bool = True):
+        for p in self.params:
+            p.grad = None
+
+    @torch.no_grad()
+    def step(self):
+        g = torch.empty(self.shard)
+        ring_reduce_scatter(g, _flat(_grads(self.params), self.pad), self.group)
+        self.master.grad = g.div_(self.n)
+        self.opt.step()
+        full = torch.empty(self.shard * self.n)
+        dist.all_gather_into_tensor(full, self.master.detach(), group=self.group)
+        offset = 0
+        for p in self.params:
+            p.copy_(full[offset:offset + p.numel()].view_as(p))
+            offset += p.numel()
+
+
+class AllReducedAdamW(torch.optim.AdamW):
+    """DDP's gradient all-reduce done once after the step's backward passes. Used under the
+    zero-bubble schedules, whose separate weight-gradient pass DDP's reducer does not see
+    (measured: it synchronised about a third of the gradient bytes)."""
+
+    def __init__(self, params, group, lr: float):
+        params = list(params)
+        super().__init__(params, lr=lr)
+        self._params, self._group = params, group
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        grads = _grads(self._params)
+        flat = _flat(grads, 0)
+        dist.all_reduce(flat, group=self._group)
+        flat.div_(dist.get_world_size(self._group))
+        offset = 0
+        for p, g in zip(self._params, grads):
+            p.grad = flat[offset:offset + g.numel()].view_as(p)
+            offset += g.numel()
+        return super().step(closure)
+
+
 # ---------------------------------------------------------------- one rank
 def main(job: dict) -> None:
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
@@ -128,19 +225,22 @@ def main(job: dict) -> None:
                 if world == dp else _sub_hsdp_mesh(mesh, rep)
         else:
             dmesh = mesh["dp"]
+        ring = _ring_reduce_scatter_comm()
         for m in modules:
             for b in m.blocks:
                 fully_shard(b, mesh=dmesh)
+                b.set_custom_reduce_scatter(ring)
             fully_shard(m, mesh=dmesh)
+            m.set_custom_reduce_scatter(ring)
         params = [q for m in modules for q in m.parameters()]
-    elif flavour == "ddp":
+    elif flavour == "ddp" and sched not in SPLIT_BACKWARD:
         from torch.nn.parallel import DistributedDataParallel as DDP
         modules = [DDP(m, process_group=mesh["dp"].get_group()) for m in modules]
         params = [q for m in modules for q in m.parameters()]
     if flavour == "zero1":
-        from torch.distributed.optim import ZeroRedundancyOptimizer
-        opt = ZeroRedundancyOptimizer(params, optimizer_class=torch.optim.AdamW, lr=1e-4,
-                                      process_group=mesh["dp"].get_group())
+        opt = ShardedAdamW(params, mesh["dp"].get_group(), lr=1e-4)
+    elif flavour == "ddp" and sched in SPLIT_BACKWARD:
+        opt = AllReducedAdamW(params, mesh["dp"].get_group(), lr=1e-4)
     else:
         opt = torch.optim.AdamW(params, lr=1e-4)
 
@@ -171,14 +271,17 @@ def main(job: dict) -> None:
             else:
                 schedule.step(**kw)
         else:
-            # gradient accumulation as production trainers do it: DP gradients are synchronised
-            # once per step, on the last micro-batch (DDP no_sync / FSDP2 requires_gradient_sync)
+            # gradient accumulation as torch.distributed.pipelining does it, so that pp=1 and pp>1
+            # agree: DP gradients synchronised once per step, on the last micro-batch (DDP no_sync;
+            # FSDP2 keeps parameters unsharded after backward and reduce-scatters on the last one,
+            # i.e. workload.fsdp_regather=forward)
             m0 = modules[0]
             for i in range(n_mb):
                 sl = slice(i * mb, (i + 1) * mb)
                 last_mb = i == n_mb - 1
                 if hasattr(m0, "set_requires_gradient_sync"):
                     m0.set_requires_gradient_sync(last_mb)
+                    m0.set_reshard_after_backward(last_mb)
                 ctx = m0.no_sync() if hasattr(m0, "no_sync") and not last_mb else __import__("contextlib").nullcontext()
                 with ctx:
                     out = m0(tokens[sl])
@@ -187,23 +290,46 @@ def main(job: dict) -> None:
         opt.step()
         return time.perf_counter() - t_opt
 
-    times, opt_times = [], []
+    uplink = _uplink_counter(rank, world, job["buildings"])
+    times, opt_times, xb_bytes = [], [], []
     for i in range(job["warmup"] + job["steps"]):
         dist.barrier()
-        t0 = time.perf_counter()
+        t0, b0 = time.perf_counter(), uplink()
         t_opt = step()
+        t1, b1 = time.perf_counter(), uplink()
         dist.barrier()
         if i >= job["warmup"]:
-            times.append(time.perf_counter() - t0)
+            times.append(t1 - t0)
             opt_times.append(t_opt)
-    # every rank's median: the step is as slow as the slowest rank
-    med = torch.tensor([statistics.median(times)])
-    dist.all_reduce(med, op=dist.ReduceOp.MAX)
+            xb_bytes.append(b1 - b0)
+    # every rank's median: the step is as slow as the slowest rank; bytes: summed over buildings
+    med = torch.tensor([statistics.median(times), float(statistics.median(xb_bytes))], dtype=torch.float64)
+    t_max, xb = med.clone(), med.clone()
+    dist.all_reduce(t_max, op=dist.ReduceOp.MAX)
+    dist.all_reduce(xb, op=dist.ReduceOp.SUM)
     if rank == 0:
-        print(json.dumps({"iteration_time_s": float(med.item()), "step_times_s": times,
-                          "breakdown": {"optimizer_s": statistics.median(opt_times)},
-                          "world": world, "microbatches": n_mb}), flush=True)
+        out = {"iteration_time_s": float(t_max[0]), "step_times_s": times,
+               "breakdown": {"optimizer_s": statistics.median(opt_times)}, "world": world, "microbatches": n_mb}
+        if os.environ.get("GLOO_SOCKET_IFNAME"):
+            out["xb_bytes_per_step"] = float(xb[1])
+        print(json.dumps(out), flush=True)
     dist.destroy_process_group()
+
+
+def _uplink_counter(rank: int, world: int, buildings: int):
+    """Bytes sent so far on this building's uplink (the veth that leaves its network namespace).
+
+    Only the first rank of each building reads it (the counter is per building); others read 0.
+    Without emulation there is no uplink and every read is 0."""
+    ifname = os.environ.get("GLOO_SOCKET_IFNAME")
+    if not ifname or rank % max(1, world // max(1, buildings)):
+        return lambda: 0
+    path = f"/sys/class/net/{ifname}/statistics/tx_bytes"
+
+    def read() -> int:
+        with open(path) as fh:
+            return int(fh.read())
+    return read
 
 
 def _sub_hsdp_mesh(mesh, rep: int):
