@@ -51,7 +51,7 @@ class CalibrationResult:
 def design(scenario: Scenario, runnable, n_configs: int = 14, seed: int = 0) -> list:
     """One runnable configuration per (placement, flavour, schedule, micro-batch) group, up to
     n_configs, in a seeded random order (so a small cluster still yields enough distinct runs)."""
-    space = SearchSpace(scenario, cp_values=(1,), micro_batches=(1, 2, 4), chunks=(2,), queue_pairs=(1,))
+    space = SearchSpace(scenario, cp_values=(1,), micro_batches=(1, 2, 4), chunks=(2,), queue_pairs=(1,), overlap=(0, 1))
     core = space.legal_core
     keep = (core["tp"] == 1) & (core["ep"] == 1) & (core["recompute"] == 0) & (core["placement"] <= 1)
     rows = take(core, keep)

@@ -102,8 +102,8 @@ def test_emulation_is_torn_down_when_a_rank_crashes():
     assert not our_namespaces()
 
 
-CALIBRATE = ["calibrate", "--model", "llama-mini", "--cluster", "local-2bldg", "--gpus", "4",
-             "--set", "workload.global_batch_seqs=16", "--set", "workload.seq_len=64"]
+CALIBRATE = ["calibrate", "--model", "llama-mini", "--cluster", "local-2bldg", "--gpus", "2",
+             "--set", "workload.global_batch_seqs=8", "--set", "workload.seq_len=64"]
 
 
 @pytest.mark.parametrize("args,needle", [(["--xb-mbit", "fast"], "--xb-mbit"), (["--configs", "2"], "--configs"),
@@ -116,14 +116,15 @@ def test_calibrate_bad_input_is_one_line(run_cli, args, needle):
 
 @pytest.mark.slow
 def test_calibration_on_emulated_buildings_predicts_held_out_configurations(run_cli, tmp_path):
-    """14 configurations (DP-out and PP-out, several DP flavours and PP schedules) at 50 and
-    200 Mbit/s across two emulated buildings; the fit on the rest predicts the held-out ones.
+    """14 configurations (DP-out and PP-out, DDP, ZeRO-1 and FSDP, five PP schedules, three
+    micro-batch sizes) at 50 and 200 Mbit/s across two emulated buildings, one rank per core; the
+    fit on the rest predicts the held-out ones.
 
-    Issue 5 asks for Spearman >= 0.8 and median APE <= 20% on held-out configurations; measured so
-    far: 0.78 and 27.7% (README). The model's FSDP moves parameters every micro-batch (ZeRO-3)
-    and reduces bf16 gradients; the CPU workload's FSDP2-under-PP gathers once per step and DDP
-    reduces fp32, so FSDP is over-predicted and DDP under-predicted. This test guards the level
-    reached (0.6 / 40%) until the workload and the model agree on those semantics."""
+    Issue 5 asks for Spearman >= 0.8 and median APE <= 20% on held-out configurations. Measured
+    on the 2-core project machine (README): Spearman 0.89 and 0.98 in two runs (met), median APE
+    24% and 23% (missed): gloo's point-to-point reduce-scatter and its all-gather run ~30% slower
+    per byte than its all-reduce on the shaped link, which one collective efficiency cannot
+    express. This test asserts the Spearman target and guards the APE level reached (35%)."""
     _namespaces_or_skip()
     out = tmp_path / "calibrated.yaml"
     r = run_cli(*CALIBRATE, "--xb-mbit", "50,200", "--configs", "14", "--out", str(out), "--json", timeout=1800)
@@ -134,8 +135,8 @@ def test_calibration_on_emulated_buildings_predicts_held_out_configurations(run_
     assert len({x["config"]["pp_schedule"] for x in rows if x["config"]["pp"] > 1}) >= 3
     assert len({x["config"]["dp_flavour"] for x in rows if x["config"]["dp"] > 1}) >= 2
     print(json.dumps({k: d[k] for k in ("params", "spearman_holdout", "mape_holdout_pct", "mape_fit_pct")}))
-    assert d["spearman_holdout"] >= 0.6 and d["mape_holdout_pct"] <= 40.0
-    ev = run_cli("evaluate", "--scenario", str(out), "--config", "tp=1,pp=2,dp=2,placement=pp_out,pp_schedule=1f1b",
+    assert d["spearman_holdout"] >= 0.8 and d["mape_holdout_pct"] <= 35.0
+    ev = run_cli("evaluate", "--scenario", str(out), "--config", "tp=1,pp=2,dp=1,placement=pp_out,pp_schedule=1f1b",
                  "--json")
     assert ev.returncode == 0, ev.stderr
 
@@ -174,14 +175,16 @@ def test_ring_reduce_scatter_equals_gloos_reduce_scatter():
 def test_measured_cross_building_bytes_match_the_model():
     """Bytes leaving each emulated building per step (its veth's tx counter, read by the workload)
     against the model's xb_bytes_per_step with the workload's semantics (fp32, FSDP2's pipelined
-    regather): ZeRO-1 across buildings and FSDP under a pipeline, within 5%."""
+    regather): ZeRO-1, FSDP and DDP across buildings under a pipeline, within 5%."""
     _namespaces_or_skip()
     from autotune.costmodel import evaluate
     s = build_scenario("llama-mini", "local-2bldg", gpus=4,
                        overrides=SMALL + [f"workload.{k}={v}" for k, v in LocalTorchBackend.workload_semantics.items()])
     b = LocalTorchBackend(warmup=1, steps=2, timeout_s=120, emulate="true")
-    for c in (Config(tp=1, pp=2, dp=2, dp_flavour="zero1", pp_schedule="1f1b", micro_batch=2),
-              Config(tp=1, pp=2, dp=2, dp_flavour="fsdp", pp_schedule="1f1b", micro_batch=1)):
+    for c in (Config(tp=1, pp=2, dp=2, dp_flavour="zero1", pp_schedule="1f1b", micro_batch=2, overlap_dp=0),
+              Config(tp=1, pp=2, dp=2, dp_flavour="fsdp", pp_schedule="1f1b", micro_batch=1, overlap_dp=0),
+              Config(tp=1, pp=2, dp=2, dp_flavour="ddp", pp_schedule="interleaved_1f1b", pp_chunks=2, micro_batch=2,
+                     overlap_dp=0)):
         m = b.measure(s, c)
         assert not m.failed, m.reason
         measured, model = m.extra["xb_bytes_per_step"], evaluate(s, c).traffic["xb_bytes_per_step"]

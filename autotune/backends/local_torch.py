@@ -23,7 +23,7 @@ def job_for(scenario, config, warmup: int = 2, steps: int = 5, threads_per_rank:
             "seq_len": scenario.seq_len, "global_batch": scenario.global_batch_seqs,
             "tp": c.tp, "cp": c.cp, "ep": c.ep, "pp": c.pp, "dp": c.dp, "placement": c.placement,
             "dp_flavour": c.dp_flavour, "pp_schedule": c.pp_schedule, "pp_chunks": c.pp_chunks,
-            "micro_batch": c.micro_batch, "buildings": scenario.cluster.n_buildings,
+            "micro_batch": c.micro_batch, "overlap_dp": c.overlap_dp, "buildings": scenario.cluster.n_buildings,
             "warmup": int(warmup), "steps": int(steps), "threads_per_rank": int(threads_per_rank)}
 
 

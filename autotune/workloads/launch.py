@@ -54,6 +54,9 @@ def check_job(job: dict) -> None:
         if split % B:
             raise UserInputError("config.placement", job["placement"],
                                  f"a dimension divisible by the {B} buildings (got {split})")
+    if job.get("overlap_dp", 1) and dp > 1 and (job["dp_flavour"] != "ddp" or pp > 1):
+        raise UserInputError("config.overlap_dp", 1, "0 for this workload unless DDP without a pipeline: its ZeRO-1, "
+                             "FSDP2 on CPU and DDP under pipelining synchronise after the backward, not during it")
     if job["dp_flavour"] == "hsdp" and dp > 1 and (job["placement"] != "dp_out" or dp % max(B, 1) or B < 2):
         raise UserInputError("config.dp_flavour", "hsdp", "dp_out placement with dp divisible by the buildings")
 
