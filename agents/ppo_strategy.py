@@ -16,12 +16,12 @@ class PPOStrategy(Strategy):
         super().bind(space, encoding, seed)
         import numpy as np
 
-        from envs.design_points import DesignPoint, scenario_features
+        from envs.design_points import make_point
         from envs.scale_across import ScaleAcrossEnv
 
         from .ppo import DEFAULT_POLICY, load
         self._model = load(self.policy or DEFAULT_POLICY)
-        point = DesignPoint(space.scenario, space, encoding, float("nan"), scenario_features(space.scenario))
+        point = make_point(space.scenario, space, encoding)
 
         class _One:
             points = [point]

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from autotune.baselines import production_config
-from autotune.costmodel import evaluate
+from autotune.costmodel import BREAKDOWN_KEYS, evaluate
 from autotune.encoding import FlatEncoding
 from autotune.space import SearchSpace
 from autotune.specs import Scenario, build_scenario
@@ -65,14 +65,29 @@ def scenario_features(s: Scenario) -> np.ndarray:
     ], dtype=np.float32)
 
 
-N_FEATURES = 26
+def production_features(s: Scenario, ev) -> np.ndarray:
+    """Where the production configuration's time goes (share of each breakdown term) and how full
+    its memory is: the bottleneck a better configuration has to remove. Zeros without one."""
+    if ev is None:
+        return np.zeros(len(BREAKDOWN_KEYS) + 1, dtype=np.float32)
+    hbm = min(b.gpu.hbm_bytes for b in s.cluster.buildings)
+    shares = [ev.breakdown[k] / ev.iteration_time_s for k in BREAKDOWN_KEYS]
+    return np.array([*shares, min(ev.memory_per_gpu_bytes / hbm, 2.0)], dtype=np.float32)
 
 
-def make_point(s: Scenario) -> DesignPoint:
-    space = SearchSpace(s)
+N_SCENARIO_FEATURES = 26
+N_FEATURES = N_SCENARIO_FEATURES + len(BREAKDOWN_KEYS) + 1
+
+
+def make_point(s: Scenario, space: SearchSpace | None = None, encoding: FlatEncoding | None = None) -> DesignPoint:
+    """A design point with its production configuration evaluated once (its time is the reward's
+    reference; its breakdown is part of the observation)."""
+    space = space or SearchSpace(s)
     prod = production_config(s, space)
-    t = evaluate(s, prod).iteration_time_s if prod is not None else math.nan
-    return DesignPoint(s, space, FlatEncoding(space), t, scenario_features(s))
+    ev = evaluate(s, prod) if prod is not None else None
+    t = ev.iteration_time_s if ev is not None else math.nan
+    feats = np.concatenate([scenario_features(s), production_features(s, ev)])
+    return DesignPoint(s, space, encoding or FlatEncoding(space), t, feats)
 
 
 class DesignPointSet:

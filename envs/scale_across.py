@@ -1,6 +1,7 @@
 """ScaleAcross-v0: choose a training configuration for a design point, in one shot.
 
-- observation: the design point (model, batch, cluster and network), normalised (Box).
+- observation: the design point (model, batch, cluster and network), normalised, and where the
+  production configuration's time goes (cost-model breakdown shares, memory fill) (Box).
 - action: one index per knob (MultiDiscrete, fixed sizes across design points). Each index picks,
   by scaling, among the values still legal given the knobs before it (the same sequential
   decoding as the study's encoding), so every action is a legal configuration.
