@@ -337,7 +337,9 @@ class StudyRunner:
         if self.track:      # connect before any expensive work: a bad URI fails fast
             tracker = Tracker(self.tracking_uri, self.study_name, self.storage_url,
                               tags={"autotune.strategy": self.strategy.name, "autotune.scenario_key": self.scenario.key})
-        fail_orphaned_trials(study)
+        # a trial this worker fails as orphaned is this worker's to log: its runner, if it was in
+        # fact alive but slow to record its owner, finds it told by another and logs nothing
+        orphaned = set(fail_orphaned_trials(study))
         # interrupted trials are failed but do not use up the budget: the resumed study still
         # reaches the number of finished trials it was asked for
         n_interrupted = sum(map(_interrupted, study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.FAIL,))))
@@ -349,7 +351,7 @@ class StudyRunner:
                                       "seed": self.seed, "backend": self.backend_name,
                                       "global_batch_seqs": self.scenario.global_batch_seqs})
             for t in study.trials:   # trials finished before a crash but never logged
-                if t.state.is_finished() and not _owner_may_still_log(t):
+                if t.number in orphaned or (t.state.is_finished() and not _owner_may_still_log(t)):
                     self._track(tracker, t, base)
         if not study.trials and self.strategy.max_trials is None:   # search strategies start from the baselines
             for name in ("production", "sota") if self.seed_baselines else ("production",):

@@ -296,8 +296,9 @@ def main(job: dict) -> None:
         dist.barrier()
         t0, b0 = time.perf_counter(), uplink()
         t_opt = step()
-        t1, b1 = time.perf_counter(), uplink()
-        dist.barrier()
+        t1 = time.perf_counter()
+        dist.barrier()              # every rank of the building has sent its share of the step
+        b1 = uplink()
         if i >= job["warmup"]:
             times.append(t1 - t0)
             opt_times.append(t_opt)
