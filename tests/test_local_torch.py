@@ -136,7 +136,8 @@ def test_calibration_on_emulated_buildings_predicts_held_out_configurations(run_
     assert len({x["config"]["dp_flavour"] for x in rows if x["config"]["dp"] > 1}) >= 2
     print(json.dumps({k: d[k] for k in ("params", "spearman_holdout", "mape_holdout_pct", "mape_fit_pct")}))
     assert d["spearman_holdout"] >= 0.8 and d["mape_holdout_pct"] <= 35.0
-    ev = run_cli("evaluate", "--scenario", str(out), "--config", "tp=1,pp=2,dp=1,placement=pp_out,pp_schedule=1f1b",
+    ev = run_cli("evaluate", "--scenario", str(out), "--config",
+                 "tp=1,pp=2,dp=1,dp_flavour=ddp,placement=pp_out,pp_schedule=1f1b",
                  "--json")
     assert ev.returncode == 0, ev.stderr
 
