@@ -7,8 +7,10 @@ Secrets in URIs are masked wherever a URI is shown or logged.
 from __future__ import annotations
 
 import logging
+import os
 import queue
 import re
+import socket
 import threading
 import time
 
@@ -32,6 +34,28 @@ def _unreachable(e: Exception) -> bool:
     text = str(e).lower()
     return isinstance(e, OSError) or any(w in text for w in ("connect", "max retries", "unable to open",
                                                                  "timed out", "temporarily unavailable"))
+
+
+WRITER = f"{socket.gethostname()}:{os.getpid()}"
+
+
+def _writer_alive(writer: str) -> bool:
+    """Whether the process that created a child run may still be writing it: a live process on
+    this host, or a writer elsewhere (or unknown) until the run is STALE_CHILD_RUN_S old."""
+    host, _, pid = writer.rpartition(":")
+    if host != socket.gethostname() or not pid.isdigit():
+        return True
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+STALE_CHILD_RUN_S = 120.0
+"""A child run not finished this long after it was created is a crashed writer's, not a slow one's."""
 
 
 class Tracker:
@@ -79,17 +103,21 @@ class Tracker:
 
     def _logged_trials(self) -> set[int]:
         """Trial numbers whose child run was logged to the end. A child run left half-written
-        by a crash or an outage (not FINISHED) is deleted, so the trial is logged again, once."""
+        by a crash or an outage (not FINISHED, older than STALE_CHILD_RUN_S) is deleted, so the
+        trial is logged again, once. A younger one may be another live worker's run in the
+        middle of being written (CI caught a late-starting worker deleting one): left alone."""
         runs = self.client.search_runs([self.experiment_id],
                                        filter_string=f"tags.`mlflow.parentRunId` = '{self.parent_id}'",
                                        max_results=50000)
         done = set()
+        now_ms = time.time() * 1000
         for r in runs:
             if "autotune.trial" not in r.data.tags:
                 continue
             if r.info.status == "FINISHED":
                 done.add(int(r.data.tags["autotune.trial"]))
-            else:
+            elif not _writer_alive(r.data.tags.get("autotune.writer", "")) \
+                    or now_ms - (r.info.start_time or 0) > STALE_CHILD_RUN_S * 1000:
                 self.client.delete_run(r.info.run_id)
         return done
 
@@ -127,7 +155,8 @@ class Tracker:
                         # for the same queued trial on SQLite) may have logged this trial
                         if run_id is None and self._already_logged(number):
                             break
-                        t = {"mlflow.parentRunId": self.parent_id, "autotune.trial": str(number)} | tags
+                        t = {"mlflow.parentRunId": self.parent_id, "autotune.trial": str(number),
+                             "autotune.writer": WRITER} | tags
                         if run_id is None:     # a retry reuses the run: one child run per trial
                             run_id = self.client.create_run(self.experiment_id, run_name=f"trial-{number}",
                                                             tags=t).info.run_id
