@@ -31,6 +31,7 @@ from .specs import Config, Scenario
 from .strategies.base import Observation
 from .strategies.optuna_samplers import CONSTRAINT_KEY, SUPPORTS_CONSTRAINTS, make_sampler
 from .strategies.registry import make_strategy
+from .processes import THIS_PROCESS, alive, parse
 from .tracking import Tracker, mask_uri
 
 DEFAULT_STORAGE = "sqlite:///autotune.db"
@@ -119,19 +120,9 @@ def distributions_for(encoding, sampler_name: str, categorical_unordered: bool =
     return out
 
 
-OWNER = f"{socket.gethostname()}:{os.getpid()}"
+OWNER = THIS_PROCESS
 """Who runs a trial: recorded on the trial so a resumed study can tell a dead run's trial
 from a live worker's."""
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 CATCH_UP_AFTER_S = 120.0
@@ -140,8 +131,7 @@ CATCH_UP_AFTER_S = 120.0
 
 def _owner(t) -> tuple[str, str]:
     """(host, pid) recorded on a trial by the process that ran it; ("", "") if none."""
-    h, _, pid = str(t.user_attrs.get("owner", "")).rpartition(":")
-    return h, pid
+    return parse(t.user_attrs.get("owner", ""))
 
 
 def _interrupted(t) -> bool:
@@ -153,7 +143,7 @@ def _owner_may_still_log(t) -> bool:
     process, or another host's worker that finished it less than CATCH_UP_AFTER_S ago."""
     h, pid = _owner(t)
     if h == socket.gethostname() and pid.isdigit():
-        return int(pid) != os.getpid() and _alive(int(pid))
+        return int(pid) != os.getpid() and alive(int(pid))
     if not h or t.datetime_complete is None:
         return False
     return (dt.datetime.now() - t.datetime_complete).total_seconds() < CATCH_UP_AFTER_S
@@ -180,7 +170,7 @@ def fail_orphaned_trials(study) -> list[int]:
             if age < ORPHAN_GRACE_S:
                 continue
             owner = "unknown"
-        elif h != host or not pid.isdigit() or _alive(int(pid)):
+        elif h != host or not pid.isdigit() or alive(int(pid)):
             continue
         try:
             study._storage.set_trial_user_attr(t._trial_id, "reason", f"{INTERRUPTED}: process {owner} died mid-trial")

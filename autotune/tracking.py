@@ -7,12 +7,12 @@ Secrets in URIs are masked wherever a URI is shown or logged.
 from __future__ import annotations
 
 import logging
-import os
 import queue
 import re
-import socket
 import threading
 import time
+
+from .processes import THIS_PROCESS, dead_here
 
 from .errors import UserInputError
 
@@ -34,24 +34,6 @@ def _unreachable(e: Exception) -> bool:
     text = str(e).lower()
     return isinstance(e, OSError) or any(w in text for w in ("connect", "max retries", "unable to open",
                                                                  "timed out", "temporarily unavailable"))
-
-
-WRITER = f"{socket.gethostname()}:{os.getpid()}"
-
-
-def _writer_alive(writer: str) -> bool:
-    """Whether the process that created a child run may still be writing it: a live process on
-    this host, or a writer elsewhere (or unknown) until the run is STALE_CHILD_RUN_S old."""
-    host, _, pid = writer.rpartition(":")
-    if host != socket.gethostname() or not pid.isdigit():
-        return True
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 STALE_CHILD_RUN_S = 120.0
@@ -116,7 +98,7 @@ class Tracker:
                 continue
             if r.info.status == "FINISHED":
                 done.add(int(r.data.tags["autotune.trial"]))
-            elif not _writer_alive(r.data.tags.get("autotune.writer", "")) \
+            elif dead_here(r.data.tags.get("autotune.writer", "")) \
                     or now_ms - (r.info.start_time or 0) > STALE_CHILD_RUN_S * 1000:
                 self.client.delete_run(r.info.run_id)
         return done
@@ -156,7 +138,7 @@ class Tracker:
                         if run_id is None and self._already_logged(number):
                             break
                         t = {"mlflow.parentRunId": self.parent_id, "autotune.trial": str(number),
-                             "autotune.writer": WRITER} | tags
+                             "autotune.writer": THIS_PROCESS} | tags
                         if run_id is None:     # a retry reuses the run: one child run per trial
                             run_id = self.client.create_run(self.experiment_id, run_name=f"trial-{number}",
                                                             tags=t).info.run_id

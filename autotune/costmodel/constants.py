@@ -9,14 +9,14 @@ the published runs (``autotune validate --fit``).
 WEIGHT_BYTES_PER_PARAM = 2.0          # bf16 working weights
 GRAD_BYTES_PER_PARAM = 4.0            # fp32 main gradients
 OPTIMIZER_BYTES_PER_PARAM = 12.0      # fp32 master weights + Adam m and v
-GRAD_REDUCE_BYTES_PER_PARAM = 2.0     # gradients reduced in bf16 (Megatron --grad-reduce-in-bf16, FSDP2 mixed precision)
-PARAM_GATHER_BYTES_PER_PARAM = 2.0    # bf16 parameters all-gathered (ZeRO-1/FSDP)
 ADAM_STEP_TRAFFIC_BYTES_PER_PARAM = 30.0
 """HBM traffic of one fused Adam step per owned parameter: read fp32 master, m, v, grad (16 B),
 write master, m, v (12 B) and the bf16 copy (2 B)."""
 
 FP32_BYTES = 4.0                      # one fp32 element (precision=fp32 training)
-ACTIVATION_BYTES = 2.0                # bf16 activations on the wire (TP, CP, PP, EP)
+ACTIVATION_BYTES = 2.0                # bf16 on the wire: activations (TP, CP, PP, EP), gradients reduced
+                                      # (Megatron --grad-reduce-in-bf16, FSDP2 mixed precision) and
+                                      # parameters all-gathered (ZeRO-1/FSDP)
 LOGITS_BYTES = 4.0                    # fp32 logits kept for the loss
 
 # ---- activations (Korthikanti et al. 2022, arXiv:2205.05198, eq. 2 and Table 2) ----

@@ -202,13 +202,19 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
     #     forward (the root module, embedding and head, is not resharded after forward: FSDP2's
     #     fully_shard); once per step the backward all-gather and the reduce-scatter;
     #   never (torchtitan under PP): once per step, one all-gather and one reduce-scatter.
+    # The policy is one per scenario, so it is decided once here (no per-row select); fsdp_colls
+    # counts the shard-group collectives per step for the cross-building bytes below.
     shard_coll = xp.where(is_fsdp, rs, xp.where(is_hsdp, rs_in, 0.0))
     rg = k.fsdp_regather
-    P_root = k.vocab * k.h / tp * xp.where(pp > 1, 1.0, 2.0)
-    layer_share = (P_dense + P_exp - P_root) / (P_dense + P_exp)   # bytes share; latency terms approximated
-    gather_f_mb = xp.select([rg == FSDP_EVERY_PASS, rg == FSDP_FORWARD], [shard_coll, layer_share * shard_coll], 0.0)
-    gather_b_mb = 2 * shard_coll if rg == FSDP_EVERY_PASS else 0.0 * shard_coll
-    shard_step = 0.0 * shard_coll if rg == FSDP_EVERY_PASS else shard_coll     # once-per-step gather; RS alike
+    if rg == FSDP_EVERY_PASS:
+        gather_f_mb, gather_b_mb, shard_step, fsdp_colls = shard_coll, 2 * shard_coll, 0.0, 3 * m
+    elif rg == FSDP_FORWARD:
+        P_root = k.vocab * k.h / tp * xp.where(pp > 1, 1.0, 2.0)
+        layer_share = (P_dense + P_exp - P_root) / (P_dense + P_exp)   # bytes share; latency terms approximated
+        gather_f_mb, gather_b_mb = layer_share * shard_coll, 0.0
+        shard_step, fsdp_colls = shard_coll, m * layer_share + 2
+    else:
+        gather_f_mb, gather_b_mb, shard_step, fsdp_colls = 0.0, 0.0, shard_coll, 2.0
     per_step_grad = xp.select([fl == F_DDP, fl == F_ZERO1, is_hsdp], [ar, rs, hs_x], 0.0) + shard_step
     per_step_param = xp.where(fl == F_ZERO1, rs, 0.0) + shard_step
 
@@ -297,7 +303,6 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
     pp_latency = m * (cycle - T_pace) + 2 * D_chain
 
     # ---- bytes per GPU per step on each tier ----
-    fsdp_colls = 3 * m if rg == FSDP_EVERY_PASS else (m * layer_share + 2 if rg == FSDP_FORWARD else 2.0)  # per step
     xb_dp = xp.select([fl == F_DDP, fl == F_ZERO1, is_fsdp, is_hsdp], [xar, 2 * xrs, fsdp_colls * xrs, hxs], 0.0)
     # each crossing hop carries s_pp from every GPU of the sending stage (N/pp GPUs), both ways
     xb_pp = xp.where(has_pp, 2 * m * xhops * s_pp / pp, 0.0)

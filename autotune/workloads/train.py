@@ -99,6 +99,15 @@ def _flat(tensors, pad: int) -> torch.Tensor:
     return torch.cat([t.reshape(-1) for t in tensors] + [torch.zeros(pad)])
 
 
+def _views(flat: torch.Tensor, like) -> list:
+    """Consecutive views of ``flat`` shaped like the tensors of ``like`` (the inverse of _flat)."""
+    out, offset = [], 0
+    for t in like:
+        out.append(flat[offset:offset + t.numel()].view_as(t))
+        offset += t.numel()
+    return out
+
+
 def _grads(params):
     return [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
 
@@ -161,10 +170,8 @@ class ShardedAdamW:
         self.opt.step()
         full = torch.empty(self.shard * self.n)
         dist.all_gather_into_tensor(full, self.master.detach(), group=self.group)
-        offset = 0
-        for p in self.params:
-            p.copy_(full[offset:offset + p.numel()].view_as(p))
-            offset += p.numel()
+        for p, v in zip(self.params, _views(full, self.params)):
+            p.copy_(v)
 
 
 class AllReducedAdamW(torch.optim.AdamW):
@@ -180,14 +187,11 @@ class AllReducedAdamW(torch.optim.AdamW):
 
     @torch.no_grad()
     def step(self, closure=None):
-        grads = _grads(self._params)
-        flat = _flat(grads, 0)
+        flat = _flat(_grads(self._params), 0)
         dist.all_reduce(flat, group=self._group)
         flat.div_(dist.get_world_size(self._group))
-        offset = 0
-        for p, g in zip(self._params, grads):
-            p.grad = flat[offset:offset + g.numel()].view_as(p)
-            offset += g.numel()
+        for p, g in zip(self._params, _views(flat, self._params)):
+            p.grad = g
         return super().step(closure)
 
 
@@ -215,6 +219,9 @@ def main(job: dict) -> None:
     modules = [Chunk(job, per, s == 0, s == n_stages - 1) for s in stages_here]
 
     flavour = job["dp_flavour"] if dp > 1 else "none"
+    # DDP's reducer overlaps the all-reduce with backward; without a pipeline only (launch.check_job
+    # refuses overlap_dp=1 elsewhere), else AllReducedAdamW all-reduces after the step
+    use_ddp = flavour == "ddp" and pp == 1 and bool(job.get("overlap_dp", 1))
     params = [q for m in modules for q in m.parameters()]
     if flavour in ("fsdp", "hsdp"):
         from torch.distributed.fsdp import fully_shard
@@ -233,13 +240,13 @@ def main(job: dict) -> None:
             fully_shard(m, mesh=dmesh)
             m.set_custom_reduce_scatter(ring)
         params = [q for m in modules for q in m.parameters()]
-    elif flavour == "ddp" and pp == 1 and job.get("overlap_dp", 1):
+    elif use_ddp:
         from torch.nn.parallel import DistributedDataParallel as DDP
         modules = [DDP(m, process_group=mesh["dp"].get_group()) for m in modules]
         params = [q for m in modules for q in m.parameters()]
     if flavour == "zero1":
         opt = ShardedAdamW(params, mesh["dp"].get_group(), lr=1e-4)
-    elif flavour == "ddp" and not isinstance(modules[0], nn.parallel.DistributedDataParallel):
+    elif flavour == "ddp":
         opt = AllReducedAdamW(params, mesh["dp"].get_group(), lr=1e-4)
     else:
         opt = torch.optim.AdamW(params, lr=1e-4)
@@ -304,15 +311,15 @@ def main(job: dict) -> None:
             opt_times.append(t_opt)
             xb_bytes.append(b1 - b0)
     # every rank's median: the step is as slow as the slowest rank; bytes: summed over buildings
-    med = torch.tensor([statistics.median(times), float(statistics.median(xb_bytes))], dtype=torch.float64)
-    t_max, xb = med.clone(), med.clone()
+    t_max = torch.tensor([statistics.median(times)], dtype=torch.float64)
+    xb = torch.tensor([float(statistics.median(xb_bytes))], dtype=torch.float64)
     dist.all_reduce(t_max, op=dist.ReduceOp.MAX)
     dist.all_reduce(xb, op=dist.ReduceOp.SUM)
     if rank == 0:
-        out = {"iteration_time_s": float(t_max[0]), "step_times_s": times,
+        out = {"iteration_time_s": float(t_max), "step_times_s": times,
                "breakdown": {"optimizer_s": statistics.median(opt_times)}, "world": world, "microbatches": n_mb}
         if os.environ.get("GLOO_SOCKET_IFNAME"):
-            out["xb_bytes_per_step"] = float(xb[1])
+            out["xb_bytes_per_step"] = float(xb)
         print(json.dumps(out), flush=True)
     dist.destroy_process_group()
 
