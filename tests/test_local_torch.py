@@ -145,20 +145,24 @@ def test_calibration_on_emulated_buildings_predicts_held_out_configurations(run_
 def _ring_worker(rank, world, port, q):
     import torch
     import torch.distributed as dist
-    from autotune.workloads.train import ring_reduce_scatter
+    from autotune.workloads.train import SLICE_BYTES, ring_all_gather, ring_reduce_scatter
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world)
-    x = torch.randn(world * 7, generator=torch.Generator().manual_seed(rank))
-    mine, ref = torch.empty(7), torch.empty(7)
+    n = 2 * SLICE_BYTES // 4 + 7                      # a chunk of three slices, the last one short
+    x = torch.randn(world * n, generator=torch.Generator().manual_seed(rank))
+    mine, ref = torch.empty(n), torch.empty(n)
     ring_reduce_scatter(mine, x.clone(), dist.group.WORLD)
     dist.reduce_scatter_tensor(ref, x.clone())
-    q.put(float((mine - ref).abs().max()))
+    gathered, gathered_ref = torch.empty(world * n), torch.empty(world * n)
+    ring_all_gather(gathered, mine, dist.group.WORLD)
+    dist.all_gather_single(gathered_ref, mine)
+    q.put(max(float((mine - ref).abs().max()), float((gathered - gathered_ref).abs().max())))
     dist.destroy_process_group()
 
 
-def test_ring_reduce_scatter_equals_gloos_reduce_scatter():
-    """The workload's ring reduce-scatter (NCCL's byte count; gloo's own moves all-reduce bytes)
-    gives the same sums as gloo's, on 3 ranks."""
+def test_ring_collectives_equal_gloos():
+    """The workload's sliced ring reduce-scatter and all-gather (NCCL's byte count and slicing;
+    gloo's reduce-scatter moves all-reduce bytes) give the same results as gloo's, on 3 ranks."""
     import torch.multiprocessing as mp
     from autotune.workloads.launch import _free_port
     ctx = mp.get_context("spawn")
@@ -176,7 +180,8 @@ def test_ring_reduce_scatter_equals_gloos_reduce_scatter():
 def test_measured_cross_building_bytes_match_the_model():
     """Bytes leaving each emulated building per step (its veth's tx counter, read by the workload)
     against the model's xb_bytes_per_step with the workload's semantics (fp32, FSDP2's pipelined
-    regather): ZeRO-1, FSDP and DDP across buildings under a pipeline, within 5%."""
+    regather): ZeRO-1, FSDP and DDP across buildings under a pipeline, and DDP's own reducer
+    (overlapped, no pipeline), within 5%."""
     _namespaces_or_skip()
     from autotune.costmodel import evaluate
     s = build_scenario("llama-mini", "local-2bldg", gpus=4,
@@ -185,7 +190,8 @@ def test_measured_cross_building_bytes_match_the_model():
     for c in (Config(tp=1, pp=2, dp=2, dp_flavour="zero1", pp_schedule="1f1b", micro_batch=2, overlap_dp=0),
               Config(tp=1, pp=2, dp=2, dp_flavour="fsdp", pp_schedule="1f1b", micro_batch=1, overlap_dp=0),
               Config(tp=1, pp=2, dp=2, dp_flavour="ddp", pp_schedule="interleaved_1f1b", pp_chunks=2, micro_batch=2,
-                     overlap_dp=0)):
+                     overlap_dp=0),
+              Config(tp=1, pp=1, dp=4, dp_flavour="ddp", micro_batch=2, overlap_dp=1)):
         m = b.measure(s, c)
         assert not m.failed, m.reason
         measured, model = m.extra["xb_bytes_per_step"], evaluate(s, c).traffic["xb_bytes_per_step"]
