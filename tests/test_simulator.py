@@ -69,3 +69,18 @@ def test_simulator_sees_cross_building_latency():
     a, b = simulate(near, cfg), simulate(far, cfg)
     assert b["pipeline_s"] > a["pipeline_s"]
     assert b["iteration_time_s"] == pytest.approx(b["closed_form_iteration_time_s"], rel=0.05)
+
+
+def test_zero_bubble_v_simulation_with_long_delays_does_not_report_a_false_deadlock():
+    """Regression: with a hop much longer than an operation, every rank waited at the same instant
+    for a message in flight and the simulator declared a deadlock (autotune evaluate --simulate
+    crashed on zbv at pp=2)."""
+    from autotune.costmodel.simulator import chunk_rank
+    for sched, v in (("zbv", 2), ("zb1p", 1), ("dualpipev", 2)):
+        n, vs = 2 * v, sched != "zb1p"
+
+        def hop(a, b):
+            return 0.3 if chunk_rank(a, 2, vs) != chunk_rank(b, 2, vs) else 0.0
+        quick = simulate_pipeline(sched, 2, v, 4, [0.01] * n, [0.01] * n, [0.005] * n, lambda a, b: 0.0).makespan_s
+        slow = simulate_pipeline(sched, 2, v, 4, [0.01] * n, [0.01] * n, [0.005] * n, hop).makespan_s
+        assert slow > quick + 0.3

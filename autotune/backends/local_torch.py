@@ -7,6 +7,8 @@ workload cannot run (tp, cp or ep above 1, stages not dividing the layers, too m
 few micro-batches) fails its trial with that reason before any process starts; a rank that
 crashes or hangs fails the trial with the rank's own error, and every process is reaped.
 
+``--backend-option min_measure_s=S`` measures more steps than ``steps`` when they are short, until
+about S seconds of steps (at most 100; ``autotune calibrate`` asks for 2 s).
 ``--backend-option emulate=true`` runs each building's ranks in its own network namespace
 (autotune/workloads/netns.py), ``xb_rate_mbit=R`` also shapes each building's uplink to R Mbit/s.
 """
@@ -16,7 +18,8 @@ from ..errors import UserInputError
 from . import Measurement
 
 
-def job_for(scenario, config, warmup: int = 2, steps: int = 5, threads_per_rank: int = 1) -> dict:
+def job_for(scenario, config, warmup: int = 2, steps: int = 5, threads_per_rank: int = 1,
+            min_measure_s: float = 0.0) -> dict:
     m = scenario.model
     c = config
     return {"hidden": m.hidden, "heads": m.n_heads, "ffn": m.ffn_hidden, "vocab": m.vocab, "layers": m.n_layers,
@@ -24,7 +27,8 @@ def job_for(scenario, config, warmup: int = 2, steps: int = 5, threads_per_rank:
             "tp": c.tp, "cp": c.cp, "ep": c.ep, "pp": c.pp, "dp": c.dp, "placement": c.placement,
             "dp_flavour": c.dp_flavour, "pp_schedule": c.pp_schedule, "pp_chunks": c.pp_chunks,
             "micro_batch": c.micro_batch, "overlap_dp": c.overlap_dp, "buildings": scenario.cluster.n_buildings,
-            "warmup": int(warmup), "steps": int(steps), "threads_per_rank": int(threads_per_rank)}
+            "warmup": int(warmup), "steps": int(steps), "threads_per_rank": int(threads_per_rank),
+            "min_measure_s": float(min_measure_s)}
 
 
 class LocalTorchBackend:
@@ -35,14 +39,19 @@ class LocalTorchBackend:
     (``autotune calibrate`` fits the cost model with these set)."""
 
     def __init__(self, warmup: int | str = 2, steps: int | str = 5, timeout_s: float | str = 300.0,
-                 threads_per_rank: int | str = 1, emulate: str | bool = False, xb_rate_mbit: float | str | None = None):
+                 threads_per_rank: int | str = 1, emulate: str | bool = False, xb_rate_mbit: float | str | None = None,
+                 min_measure_s: float | str = 0.0):
         try:
             self.warmup, self.steps = int(warmup), int(steps)
+            self.min_measure_s = float(min_measure_s)
             self.timeout_s, self.threads = float(timeout_s), int(threads_per_rank)
             self.xb_rate_mbit = float(xb_rate_mbit) if xb_rate_mbit not in (None, "") else None
         except ValueError as e:
             raise UserInputError("--backend-option", str(e), "integers for warmup/steps/threads_per_rank, "
-                                                             "seconds for timeout_s, Mbit/s for xb_rate_mbit") from None
+                                                             "seconds for timeout_s and min_measure_s, Mbit/s for "
+                                                             "xb_rate_mbit") from None
+        if self.min_measure_s < 0:
+            raise UserInputError("--backend-option min_measure_s", min_measure_s, "seconds >= 0")
         self.emulate = str(emulate).lower() in ("1", "true", "yes") or self.xb_rate_mbit is not None
         if self.emulate:
             from ..workloads.netns import NamespaceUnavailable, check_available
@@ -62,7 +71,7 @@ class LocalTorchBackend:
 
     def measure(self, scenario, config) -> Measurement:
         from ..workloads.launch import run_job
-        job = job_for(scenario, config, self.warmup, self.steps, self.threads)
+        job = job_for(scenario, config, self.warmup, self.steps, self.threads, self.min_measure_s)
         try:
             if self.emulate and job["buildings"] > 1:
                 from ..workloads.launch import check_job

@@ -116,14 +116,16 @@ def simulate_pipeline(sched: str, p: int, v: int, m: int, t_f, t_b, t_w, delay) 
     finish_times: list[float] = []
     scheduled = 0
     idle_pops = 0
+    waited_for: list[float] = []      # ready times any waiting rank is waiting for (a message in flight)
 
     def wait(r, t, own_ready):
         """Re-queue rank r at the next moment anything can change: an op finishing later, another
-        rank's turn (same time, after it), or its own candidate becoming ready."""
+        rank's turn (same time, after it), or a candidate of any waiting rank becoming ready."""
         nonlocal seq, idle_pops
         others_now = any(x[0] <= t + 1e-15 for x in heap)
+        waited_for.extend(x for x in own_ready if x > t + 1e-15)
         later = [x for x in finish_times if x > t + 1e-15] + [x[0] for x in heap if x[0] > t + 1e-15] \
-            + [x for x in own_ready if x > t + 1e-15]
+            + [x for x in waited_for if x > t + 1e-15]
         if others_now:
             idle_pops += 1
             if idle_pops > 2 * p + 2 and not later:

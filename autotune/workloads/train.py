@@ -15,6 +15,7 @@ buildings split the pipeline stages.
 from __future__ import annotations
 
 import json
+import math
 import os
 import statistics
 import sys
@@ -29,6 +30,7 @@ SCHEDULES = {"gpipe": "ScheduleGPipe", "1f1b": "Schedule1F1B", "interleaved_1f1b
              "zb1p": "ScheduleInterleavedZeroBubble", "zbv": "ScheduleZBVZeroBubble"}
 LOOPED = ("interleaved_1f1b", "zb1p")          # several chunks per rank, looping
 V_SHAPED = ("zbv",)                            # two chunks per rank, V placement
+MAX_STEPS = 100                                # measured steps at most, whatever min_measure_s asks
 
 
 # ---------------------------------------------------------------- model (Llama-style)
@@ -337,18 +339,29 @@ def main(job: dict) -> None:
         return time.perf_counter() - t_opt
 
     uplink = _uplink_counter(rank, world, job["buildings"])
-    times, opt_times, xb_bytes = [], [], []
-    for i in range(job["warmup"] + job["steps"]):
+
+    def timed_step():
         dist.barrier()
         t0, b0 = time.perf_counter(), uplink()
         t_opt = step()
         t1 = time.perf_counter()
         dist.barrier()              # every rank of the building has sent its share of the step
-        b1 = uplink()
-        if i >= job["warmup"]:
-            times.append(t1 - t0)
-            opt_times.append(t_opt)
-            xb_bytes.append(b1 - b0)
+        return t1 - t0, t_opt, uplink() - b0
+
+    warm = [timed_step()[0] for _ in range(job["warmup"])]
+    # short steps are noisy: measure at least min_measure_s in all (every rank takes the same count)
+    n_steps = job["steps"]
+    if warm and job.get("min_measure_s", 0) > 0:
+        n_steps = max(n_steps, math.ceil(job["min_measure_s"] / statistics.median(warm)))
+        agreed = torch.tensor([min(n_steps, MAX_STEPS)], dtype=torch.int64)
+        dist.all_reduce(agreed, op=dist.ReduceOp.MAX)
+        n_steps = int(agreed)
+    times, opt_times, xb_bytes = [], [], []
+    for _ in range(n_steps):
+        t, t_opt, xb_step = timed_step()
+        times.append(t)
+        opt_times.append(t_opt)
+        xb_bytes.append(xb_step)
     # every rank's median: the step is as slow as the slowest rank; bytes: summed over buildings
     t_max = torch.tensor([statistics.median(times)], dtype=torch.float64)
     xb = torch.tensor([float(statistics.median(xb_bytes))], dtype=torch.float64)
