@@ -113,16 +113,17 @@ def schedule_edges(model, distance_km, batch):
 
 def test_d_message_multiplying_schedules_lose_their_edge_with_latency():
     """PP-out, llama3-8b, 1,024 sequences: interleaved 1F1B's lead over 1F1B and ZBV's over ZB1P
-    shrink from 1 km to 2,000 km and both turn into losses.
+    shrink from 1 km to 2,000 km; interleaved's is a loss there, ZBV's by 4,000 km.
 
     Regime: the edge is measured between each schedule's best configuration. For 70B at its
     default batch the model keeps interleaved ahead of 1F1B (1F1B's own steady state is
     latency-bound with only p micro-batches in flight); ZBV still loses its edge there."""
     il_near, zbv_near = schedule_edges("llama3-8b", 1, 1024)
     il_far, zbv_far = schedule_edges("llama3-8b", 2000, 1024)
+    il_farther, zbv_farther = schedule_edges("llama3-8b", 4000, 1024)
     assert il_near > 0 and zbv_near > 0
-    assert il_far < il_near and zbv_far < zbv_near
-    assert il_far < 0 and zbv_far < 0
+    assert il_farther < il_far < il_near and zbv_farther < zbv_far < zbv_near
+    assert il_far < 0 and zbv_farther < 0
 
 
 def test_d_paired_latency_cost_grows_with_cross_boundary_messages():

@@ -16,7 +16,7 @@ from . import constants as C
 from .collectives import all_to_all_time, group_coefficients
 from .network import effective_bandwidth_Bps
 from .params import CostParams, default_params
-from .pipeline import (S_DUALPIPEV, S_GPIPE, S_ZBV, bubble_time, chain_hops,
+from .pipeline import (S_1F1B, S_DUALPIPEV, S_GPIPE, S_INTERLEAVED, S_ZBV, bubble_time, chain_hops,
                        in_flight_microbatches)
 from .scenario_consts import FSDP_EVERY_PASS, FSDP_FORWARD, FSDP_NEVER, scenario_consts, tier_of_span
 from .xp import NUMPY, SCALAR
@@ -239,11 +239,19 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
     t_b_p = xp.where(overlap, xp.maximum(t_b, gather_b_mb), t_b + gather_b_mb)
     T_fsdp = t_f_p + t_b_p + t_w
     T_pace = xp.maximum(T_fsdp, p2p_bw_bound)
+    # The first rank admits ``infl`` micro-batches without waiting; each later one waits for the
+    # backward of the one ``infl`` before it to come back, so it starts at most one round trip
+    # (every rank's work plus the chain both ways) per ``infl`` micro-batches: the steady cycle.
+    # The admitted ones' latency is the fill and drain (2 D_chain). Matches the event simulator
+    # exactly for 1F1B and interleaved 1F1B with cross-building delays (tests/test_simulator.py).
     infl = in_flight_microbatches(sc, pp, v, m, xp)
     round_trip = pp * T_pace + 2 * D_chain
+    hop = xp.where(b_pp > 1, t_p2p_x, t_p2p_in)
     cycle = xp.where(has_pp & (sc != S_GPIPE), xp.maximum(T_pace, round_trip / xp.maximum(infl, 1.0)), T_pace)
+    cycle = xp.where(has_pp & ((sc == S_1F1B) | (sc == S_INTERLEAVED)), xp.maximum(cycle, T_pace + hop), cycle)
+    waiting = m - infl                                # GPipe admits all m
     bubble = xp.where(has_pp, bubble_time(sc, pp, v, t_f_p, t_b_p, t_w, xp), 0.0)
-    T_pipe = m * cycle + bubble + 2 * D_chain
+    T_pipe = infl * T_pace + waiting * cycle + bubble + 2 * D_chain
 
     # ---- DP exposure once per step ----
     window_b = t_b_comp + t_w_comp                    # backward compute of the last micro-batch
@@ -300,7 +308,7 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
     # ---- breakdown (sums to the iteration time) ----
     fsdp_part = m * (T_fsdp - T_mb)
     p2p_part = m * (T_pace - T_fsdp)
-    pp_latency = m * (cycle - T_pace) + 2 * D_chain
+    pp_latency = waiting * (cycle - T_pace) + 2 * D_chain
 
     # ---- bytes per GPU per step on each tier ----
     xb_dp = xp.select([fl == F_DDP, fl == F_ZERO1, is_fsdp, is_hsdp], [xar, 2 * xrs, fsdp_colls * xrs, hxs], 0.0)
