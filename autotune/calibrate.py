@@ -36,6 +36,7 @@ class CalibrationResult:
     params: dict
     fit_rows: list = field(default_factory=list)
     holdout_rows: list = field(default_factory=list)
+    failed_rows: list = field(default_factory=list)
     spearman_holdout: float = math.nan
     mape_holdout_pct: float = math.nan
     mape_fit_pct: float = math.nan
@@ -45,7 +46,8 @@ class CalibrationResult:
         return {"params": self.params, "spearman_holdout": self.spearman_holdout,
                 "mape_holdout_pct": self.mape_holdout_pct, "mape_fit_pct": self.mape_fit_pct,
                 "n_fit": len(self.fit_rows), "n_holdout": len(self.holdout_rows),
-                "fit_rows": self.fit_rows, "holdout_rows": self.holdout_rows, "scenario_file": self.scenario_file}
+                "fit_rows": self.fit_rows, "holdout_rows": self.holdout_rows, "failed_rows": self.failed_rows,
+                "scenario_file": self.scenario_file}
 
 
 def design(scenario: Scenario, runnable, n_configs: int = 14, seed: int = 0) -> list:
@@ -143,7 +145,9 @@ def calibrate(scenario: Scenario, backend_factory, xb_mbit: list[float], n_confi
              "so_latency": max(c.scale_out.latency_s, 1e-6),
              "xb_latency": max(c.cross_building.latency_s if c.cross_building else 1e-5, 1e-6), "xb_rate_fraction": 0.8}
     p = fit(scenario, fit_rows, start)
-    res = CalibrationResult(params=p)
+    res = CalibrationResult(params=p, failed_rows=[{"config": r["config"].model_dump(), "xb_mbit": r["xb_mbit"],
+                                                    "holdout": r["holdout"], "reason": r["reason"]}
+                                                   for r in rows if not r["measured_s"]])
     for group, out in ((fit_rows, res.fit_rows), (hold_rows, res.holdout_rows)):
         pred = predict(scenario, p, group)
         for r, t in zip(group, pred):

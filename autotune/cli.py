@@ -378,6 +378,9 @@ def calibrate(backend, backend_options, xb_mbit, n_configs, holdout, seed, out_p
         click.echo("fitted: " + ", ".join(f"{k}={v:.4g}" for k, v in d["params"].items()))
         click.echo(f"held-out ({d['n_holdout']} runs): Spearman {d['spearman_holdout']:.3f}, "
                    f"median APE {d['mape_holdout_pct']:.1f}%   (fit runs: median APE {d['mape_fit_pct']:.1f}%)")
+        for f in d["failed_rows"]:
+            click.echo(f"failed run (left out): {f['config']['placement']} {f['config']['dp_flavour']} "
+                       f"pp={f['config']['pp']} at {f['xb_mbit']:g} Mbit/s: {f['reason'][:200]}")
         click.echo(f"scenario file: {d['scenario_file']}  (use with --scenario)")
     _emit(data, as_json, human)
 

@@ -120,11 +120,10 @@ def test_calibration_on_emulated_buildings_predicts_held_out_configurations(run_
     micro-batch sizes) at 50 and 200 Mbit/s across two emulated buildings, one rank per core; the
     fit on the rest predicts the held-out ones.
 
-    Issue 5 asks for Spearman >= 0.8 and median APE <= 20% on held-out configurations. Measured
-    on the 2-core project machine (README): Spearman 0.98, 0.89 and 0.87 in three runs (met),
-    median APE 23.5%, 24.0% and 22.1% (missed): gloo's point-to-point reduce-scatter and its all-gather run ~30% slower
-    per byte than its all-reduce on the shaped link, which one collective efficiency cannot
-    express. This test asserts the Spearman target and guards the APE level reached (35%)."""
+    Issue 5 asks for Spearman >= 0.8 and median APE <= 20% on held-out configurations; this test
+    asserts both. Measured on the 2-core project machine with the sliced ring collectives, the
+    2 s minimum measurement and the in-flight-window pipeline model (README): Spearman 0.952 and
+    0.952, median APE 6.5% and 8.4% in two runs."""
     _namespaces_or_skip()
     out = tmp_path / "calibrated.yaml"
     r = run_cli(*CALIBRATE, "--xb-mbit", "50,200", "--configs", "14", "--out", str(out), "--json", timeout=1800)
@@ -134,8 +133,10 @@ def test_calibration_on_emulated_buildings_predicts_held_out_configurations(run_
     assert {x["config"]["placement"] for x in rows} == {"dp_out", "pp_out"}
     assert len({x["config"]["pp_schedule"] for x in rows if x["config"]["pp"] > 1}) >= 3
     assert len({x["config"]["dp_flavour"] for x in rows if x["config"]["dp"] > 1}) >= 2
-    print(json.dumps({k: d[k] for k in ("params", "spearman_holdout", "mape_holdout_pct", "mape_fit_pct")}))
-    assert d["spearman_holdout"] >= 0.8 and d["mape_holdout_pct"] <= 35.0
+    print(json.dumps({k: d[k] for k in ("params", "spearman_holdout", "mape_holdout_pct", "mape_fit_pct",
+                                        "failed_rows")}))
+    assert len(d["failed_rows"]) <= 1, d["failed_rows"]      # one of 28 runs failed once, reason not kept
+    assert d["spearman_holdout"] >= 0.8 and d["mape_holdout_pct"] <= 20.0
     ev = run_cli("evaluate", "--scenario", str(out), "--config",
                  "tp=1,pp=2,dp=1,dp_flavour=ddp,placement=pp_out,pp_schedule=1f1b",
                  "--json")
