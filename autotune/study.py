@@ -181,6 +181,18 @@ def fail_orphaned_trials(study) -> list[int]:
     return failed
 
 
+def wait_out_ownerless_trials(study) -> None:
+    """Sleep until every RUNNING trial without an owner is past ORPHAN_GRACE_S (at most that
+    long), so that fail_orphaned_trials can tell: a live worker records its owner within
+    milliseconds, a trial killed before that would otherwise stay RUNNING when a resumed study
+    finishes inside the grace period."""
+    starts = [t.datetime_start for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
+              if not _owner(t)[0] and t.datetime_start is not None]
+    if starts:
+        left = ORPHAN_GRACE_S - (dt.datetime.now() - max(starts)).total_seconds() + 0.1
+        time.sleep(min(max(left, 0.0), ORPHAN_GRACE_S))
+
+
 TOLD_BY_ANOTHER = object()
 STORAGE_RETRIES = 4
 STORAGE_BACKOFF_S = 0.5
@@ -363,7 +375,9 @@ class StudyRunner:
                     bar.n = min(finished, self.trials)
                     bar.refresh()
                 if finished >= self.trials:
-                    # a trial killed before it recorded its owner is past its grace period by now
+                    # a trial killed before it recorded its owner: wait until it is past its grace
+                    # period, then fail it (a live worker's trial has its owner by then)
+                    wait_out_ownerless_trials(study)
                     for n in fail_orphaned_trials(study):
                         if tracker is not None:
                             self._track(tracker, study.trials[n], base)

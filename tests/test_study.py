@@ -121,3 +121,20 @@ def test_multi_objective_study_reports_a_pareto_front(uris):
     with pytest.raises(UserInputError):
         run_study("llama3-8b", "metro-2bldg", strategy="nsga2", trials=5, storage=storage, track=False,
                   objectives=("xb_bytes_per_step",))
+
+
+def test_a_trial_killed_before_recording_its_owner_is_failed_when_a_quick_resume_finishes(uris):
+    """Regression (seen in the SIGKILL test under load): a process killed between asking a trial
+    and recording its owner leaves an ownerless RUNNING trial. A resumed study that reached its
+    budget inside the grace period left it RUNNING for ever; now it waits the grace period out and
+    fails it as interrupted."""
+    import optuna
+    storage, _ = uris
+    run_study("llama3-8b", "campus-5bldg", strategy="random", trials=3, storage=storage, track=False,
+              study_name="quick")
+    optuna.load_study(study_name="quick", storage=storage).ask()      # the killed process's trial
+    run_study("llama3-8b", "campus-5bldg", strategy="random", trials=5, storage=storage, track=False,
+              study_name="quick")
+    trials = optuna.load_study(study_name="quick", storage=storage).trials
+    assert not [t for t in trials if t.state == optuna.trial.TrialState.RUNNING]
+    assert trials[3].state == optuna.trial.TrialState.FAIL and trials[3].user_attrs["reason"].startswith("interrupted")
