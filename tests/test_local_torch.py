@@ -178,6 +178,7 @@ def test_ring_collectives_equal_gloos():
     assert max(diffs) < 1e-5 and all(p.exitcode == 0 for p in procs)
 
 
+@pytest.mark.slow
 def test_measured_cross_building_bytes_match_the_model():
     """Bytes leaving each emulated building per step (its veth's tx counter, read by the workload)
     against the model's xb_bytes_per_step with the workload's semantics (fp32, FSDP2's pipelined
