@@ -315,11 +315,6 @@ def bench(rows, as_json):
     _emit(data, as_json, human)
 
 
-CALIBRATION_MIN_MEASURE_s = 2.0
-"""Calibration runs of the local workload measure at least this long (steps of 0.1 s varied by 30%
-between runs at the default 5 steps)."""
-
-
 @cli.command()
 @scenario_options
 @click.option("--backend", default="local-torch", help="a backend that measures for real (local-torch, command, plugins)")
@@ -355,13 +350,11 @@ def calibrate(backend, backend_options, xb_mbit, n_configs, holdout, seed, out_p
     can_run = getattr(probe, "can_run", None)
     runnable = (lambda cfg: can_run(scen, cfg)) if can_run else None
 
+    calibration_options = getattr(probe, "calibration_options", None)   # e.g. shape the link to each rate
+
     def factory(rate):
-        extra = {}
-        if backend == "local-torch":
-            extra["min_measure_s"] = opts.get("min_measure_s", str(CALIBRATION_MIN_MEASURE_s))
-            if scen.cluster.n_buildings > 1:
-                extra["xb_rate_mbit"] = str(rate)
-        return get_backend(backend, **{**opts, **extra})
+        return get_backend(backend, **(calibration_options(opts, rate, scen.cluster.n_buildings)
+                                       if calibration_options else opts))
     bar = None
     if not as_json and sys.stderr.isatty():
         from tqdm import tqdm

@@ -31,7 +31,7 @@ from .specs import Config, Scenario
 from .strategies.base import Observation
 from .strategies.optuna_samplers import CONSTRAINT_KEY, SUPPORTS_CONSTRAINTS, make_sampler
 from .strategies.registry import make_strategy
-from .processes import THIS_PROCESS, alive, parse
+from .processes import THIS_PROCESS, alive, dead_here, parse
 from .tracking import Tracker, mask_uri
 
 DEFAULT_STORAGE = "sqlite:///autotune.db"
@@ -158,7 +158,6 @@ def fail_orphaned_trials(study) -> list[int]:
     """Mark FAIL every RUNNING trial whose process (on this host) is gone: a trial interrupted
     by a crash or SIGKILL is never counted as done and never left running for ever. Trials of
     live workers and of other hosts are left alone."""
-    host = socket.gethostname()
     failed = []
     for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
         h, pid = _owner(t)
@@ -170,7 +169,7 @@ def fail_orphaned_trials(study) -> list[int]:
             if age < ORPHAN_GRACE_S:
                 continue
             owner = "unknown"
-        elif h != host or not pid.isdigit() or alive(int(pid)):
+        elif not dead_here(owner):
             continue
         try:
             study._storage.set_trial_user_attr(t._trial_id, "reason", f"{INTERRUPTED}: process {owner} died mid-trial")

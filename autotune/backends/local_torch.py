@@ -31,6 +31,11 @@ def job_for(scenario, config, warmup: int = 2, steps: int = 5, threads_per_rank:
             "min_measure_s": float(min_measure_s)}
 
 
+CALIBRATION_MIN_MEASURE_s = 2.0
+"""Calibration runs measure at least this long (steps of 0.1 s varied by 30% between runs at the
+default 5 steps)."""
+
+
 class LocalTorchBackend:
     name = "local-torch"
     workload_semantics = {"precision": "fp32", "fsdp_regather": "forward"}
@@ -59,6 +64,15 @@ class LocalTorchBackend:
                 check_available()
             except NamespaceUnavailable as e:
                 raise UserInputError("--backend-option emulate", "true", f"a machine that allows it: {e}") from None
+
+    @staticmethod
+    def calibration_options(opts: dict, rate_mbit: float, n_buildings: int) -> dict:
+        """Backend options for one ``autotune calibrate`` rate: the user's, at least
+        CALIBRATION_MIN_MEASURE_s of steps unless they say otherwise, the link shaped to the rate."""
+        out = {"min_measure_s": str(CALIBRATION_MIN_MEASURE_s), **opts}
+        if n_buildings > 1:
+            out["xb_rate_mbit"] = str(rate_mbit)
+        return out
 
     def can_run(self, scenario, config) -> bool:
         """Whether the workload runs this configuration (``autotune calibrate`` designs with it)."""

@@ -246,9 +246,10 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
     # exactly for 1F1B and interleaved 1F1B with cross-building delays (tests/test_simulator.py).
     infl = in_flight_microbatches(sc, pp, v, m, xp)
     round_trip = pp * T_pace + 2 * D_chain
-    hop = xp.where(b_pp > 1, t_p2p_x, t_p2p_in)
-    cycle = xp.where(has_pp & (sc != S_GPIPE), xp.maximum(T_pace, round_trip / xp.maximum(infl, 1.0)), T_pace)
-    cycle = xp.where(has_pp & ((sc == S_1F1B) | (sc == S_INTERLEAVED)), xp.maximum(cycle, T_pace + hop), cycle)
+    # 1F1B-style alternation waits at least the slowest hop per micro-batch (send_forward_recv_backward)
+    hop = xp.where((sc == S_1F1B) | (sc == S_INTERLEAVED), xp.where(b_pp > 1, t_p2p_x, t_p2p_in), 0.0)
+    cycle = xp.where(has_pp & (sc != S_GPIPE),
+                     xp.maximum(T_pace + hop, round_trip / xp.maximum(infl, 1.0)), T_pace)
     waiting = m - infl                                # GPipe admits all m
     bubble = xp.where(has_pp, bubble_time(sc, pp, v, t_f_p, t_b_p, t_w, xp), 0.0)
     T_pipe = infl * T_pace + waiting * cycle + bubble + 2 * D_chain
