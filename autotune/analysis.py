@@ -16,11 +16,10 @@ import numpy as np
 from .costmodel.iteration import BREAKDOWN_KEYS, evaluate_batch
 from .costmodel.params import CostParams
 from .errors import UserInputError
-from .space import SearchSpace, config_at, take
+from .space import TRANSPORT as _TRANSPORT, SearchSpace, config_at, take
 from .specs.config import CATEGORICAL, FIELDS
 from .specs.scenario import Scenario
 
-_TRANSPORT = ("xb_load_balancing", "xb_queue_pairs", "xb_loss_recovery", "collective")
 
 
 @dataclass(frozen=True)
@@ -72,8 +71,9 @@ def best_by(scenario: Scenario, group: tuple[str, ...], where: dict | None = Non
     """Exhaustive search restricted to ``where`` (field -> allowed values), best per ``group`` value.
 
     Every legal core row passing the filter is crossed with every transport row passing it, so
-    the result per group is exact, not sampled. Groups with no feasible row map to an infinite
-    time and no config.
+    the result per group is exact, not sampled. Core rows that do not fit in memory are dropped
+    first (no transport changes memory). Groups with no feasible row map to an infinite time and
+    no config.
     """
     where = dict(where or {})
     for f in group:
@@ -87,6 +87,18 @@ def best_by(scenario: Scenario, group: tuple[str, ...], where: dict | None = Non
     n_core = len(core["tp"])
     if nt == 0 or n_core == 0:
         return best
+    fits = np.concatenate([evaluate_batch(scenario, take(core, slice(s, s + chunk_rows)), params)["feasible"]
+                           for s in range(0, n_core, chunk_rows)])
+    if group and not fits.all():
+        # groups whose every row is out of memory still appear, with an infinite time
+        keys = np.stack([core[f].astype(np.int64) for f in group if f in core], axis=1) if all(
+            f in core for f in group) else None
+        if keys is not None:
+            for row in np.unique(keys[~fits], axis=0):
+                key = tuple(_name(f, int(c)) for f, c in zip(group, row))
+                best.setdefault(key, GroupBest(key, math.inf, None, {}, math.nan))
+    core = take(core, fits)
+    n_core = len(core["tp"])
     step = max(1, chunk_rows // nt)
     for start in range(0, n_core, step):
         c = take(core, slice(start, min(n_core, start + step)))

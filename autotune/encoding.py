@@ -13,11 +13,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from .space import SearchSpace, config_at, take
+from .space import TRANSPORT, SearchSpace, config_at, take
 from .specs.config import CATEGORICAL, Config
 
 CORE = ("placement", "dp_flavour", "pp_schedule", "pp_chunks", "micro_batch", "recompute")
-TRANSPORT = ("xb_load_balancing", "xb_queue_pairs", "xb_loss_recovery", "collective")
 
 
 class FlatEncoding:
@@ -92,13 +91,14 @@ class FlatEncoding:
         trows = np.ones(len(t["collective"]), dtype=bool)
         for k in TRANSPORT:
             legal = sorted(set(t[k][trows].tolist()))
-            v = self._pick(idx[k], len(self.values[k]), legal)
+            v = self._pick(idx.get(k, 0), len(self.values[k]), legal)
             trows &= t[k] == v
             row[k] = np.array([v], dtype=t[k].dtype)
         return config_at(row, 0)
 
     def encode(self, config: Config) -> dict:
-        row = {f: getattr(config, f) for f in ("tp", "cp", "ep", "pp", "pp_chunks", "micro_batch", "xb_queue_pairs")}
+        row = {f: getattr(config, f) for f in ("tp", "cp", "ep", "pp", "pp_chunks", "micro_batch", "xb_queue_pairs",
+                                                "nccl_channels", "nccl_buffer_mib", "dp_bucket_mib")}
         for f, vals in CATEGORICAL.items():
             row[f] = vals.index(getattr(config, f))
         out = {}

@@ -20,6 +20,12 @@ from .specs.scenario import Scenario
 
 ConfigBatch = dict  # field name -> np.ndarray
 
+TRANSPORT = ("xb_load_balancing", "xb_queue_pairs", "xb_loss_recovery", "collective", "nccl_protocol",
+             "nccl_channels", "nccl_buffer_mib", "dp_bucket_mib")
+"""Knobs of the transport grid: crossed with every legal core row (they never make a row illegal
+except through the per-knob rules below)."""
+_PROTO = {name: i for i, name in enumerate(CATEGORICAL["nccl_protocol"])}
+
 _SCHED = {name: i for i, name in enumerate(PP_SCHEDULES)}
 _SINGLE_CHUNK = tuple(_SCHED[s] for s in ("gpipe", "1f1b", "zb1p", "zb2p"))
 _V_SHAPED = (_SCHED["zbv"], _SCHED["dualpipev"])
@@ -76,7 +82,8 @@ class SearchSpace:
 
     def __init__(self, scenario: Scenario, *, cp_values=(1, 2, 4, 8), micro_batches=(1, 2, 4, 8),
                  chunks=(2, 3, 4, 6, 8), queue_pairs=(1, 2, 4, 8, 16), overlap=(1,),
-                 schedules=PP_SCHEDULES):
+                 schedules=PP_SCHEDULES, protocols=("auto", "ll128"), channels=(4, 16), buffers_mib=(4,),
+                 buckets_mib=(0,), load_balancing=None, loss_recovery=None, collectives=None):
         self.scenario = scenario
         self.cp_values = tuple(cp_values)
         self.micro_batches = tuple(micro_batches)
@@ -88,9 +95,32 @@ class SearchSpace:
             raise UserInputError("schedules", unknown[0], ", ".join(PP_SCHEDULES))
         multi = scenario.cluster.n_buildings > 1
         self.queue_pairs = tuple(queue_pairs) if multi else (1,)
-        self.load_balancing = CATEGORICAL["xb_load_balancing"] if multi else ("ecmp",)
-        self.loss_recovery = CATEGORICAL["xb_loss_recovery"] if multi else ("gbn",)
-        self.collectives = CATEGORICAL["collective"]
+        self.load_balancing = tuple(load_balancing or CATEGORICAL["xb_load_balancing"]) if multi else ("ecmp",)
+        self.loss_recovery = tuple(loss_recovery or CATEGORICAL["xb_loss_recovery"]) if multi else ("gbn",)
+        self.collectives = tuple(collectives or CATEGORICAL["collective"])
+        for name, vals in (("load_balancing", self.load_balancing), ("loss_recovery", self.loss_recovery),
+                           ("collectives", self.collectives)):
+            allowed = CATEGORICAL[{"load_balancing": "xb_load_balancing", "loss_recovery": "xb_loss_recovery",
+                                   "collectives": "collective"}[name]]
+            bad = [v for v in vals if v not in allowed]
+            if bad:
+                raise UserInputError(name, bad[0], ", ".join(allowed))
+        ll128 = all(b.gpu.nccl_ll128 for b in scenario.cluster.buildings) and (
+            len({b.gpu.compute_capability for b in scenario.cluster.buildings}) == 1
+            or min(b.gpu.compute_capability for b in scenario.cluster.buildings) >= 9.0)
+        self.ll128 = ll128
+        for name, vals in (("protocols", protocols), ("channels", channels), ("buffers_mib", buffers_mib),
+                           ("buckets_mib", buckets_mib)):
+            if not vals:
+                raise UserInputError(name, vals, "at least one value")
+        bad = [p for p in protocols if p not in _PROTO]
+        if bad:
+            raise UserInputError("protocols", bad[0], ", ".join(_PROTO))
+        # where the transport does not cross buildings, its knobs take NCCL's defaults only
+        self.protocols = tuple(p for p in protocols if ll128 or p != "ll128") if multi else ("auto",)
+        self.channels = tuple(channels) if multi else (4,)
+        self.buffers_mib = tuple(buffers_mib) if multi else (4,)
+        self.buckets_mib = tuple(buckets_mib)
         m = scenario.model
         node = min(b.gpu.nvlink_domain_gpus for b in scenario.cluster.buildings)
         self.tp_values = tuple(d for d in _divisors(node))
@@ -116,7 +146,17 @@ class SearchSpace:
             "placement": Rule("placement", self._placement_text(B)),
             "flavour": Rule("dp_flavour", "ddp when dp*cp=1; hsdp only when the data-parallel group spans buildings"),
             "spray_qps": Rule("xb_queue_pairs", "1 with packet_spray (queue pairs do not apply)"),
+            "ll128": Rule("nccl_protocol", "auto, simple or ll (NCCL runs LL128 only on NVLink nodes of one SM "
+                                           "version or all >= 9.0; this cluster has none)" if not self.ll128
+                          else "auto, simple, ll128 or ll"),
+            "channels": Rule("nccl_channels", f"1..{64} (NCCL MAXCHANNELS)"),
+            "bucket": Rule("dp_bucket_mib", f"0 (the framework default) or at most the model's gradient bytes "
+                                            f"({self._grad_mib()} MiB)"),
         }
+
+    def _grad_mib(self) -> int:
+        """The whole model's gradients in MiB at 2 bytes per parameter (at least 1)."""
+        return max(1, int(math.ceil(2 * self.scenario.model.total_params / 2**20)))
 
     @staticmethod
     def _placement_text(B: int) -> str:
@@ -173,6 +213,10 @@ class SearchSpace:
             spans = spans & ~((pl == 2) & (self._hybrid_pp(B) == 0))
         out["flavour"] = ((dp * cp == 1) & (fl != 0)) | ((fl == 3) & ~(spans & (dp * cp > B)))
         out["spray_qps"] = (np.asarray(b["xb_load_balancing"]) == 2) & (np.asarray(b["xb_queue_pairs"]) != 1)
+        out["ll128"] = (np.asarray(b["nccl_protocol"]) == _PROTO["ll128"]) & (not self.ll128)
+        chn = np.asarray(b["nccl_channels"], dtype=np.int64)
+        out["channels"] = (chn < 1) | (chn > 64)
+        out["bucket"] = np.asarray(b["dp_bucket_mib"], dtype=np.int64) > self._grad_mib()
         return out
 
     @staticmethod
@@ -244,11 +288,18 @@ class SearchSpace:
                 for lri, lrn in enumerate(CATEGORICAL["xb_loss_recovery"]):
                     if lrn not in self.loss_recovery:
                         continue
-                    for ci, _ in enumerate(self.collectives):
-                        rows.append((lbi, q, lri, ci))
+                    for ci in (CATEGORICAL["collective"].index(c) for c in self.collectives):
+                        for pr in self.protocols:
+                            for chn in self.channels:
+                                for bf in self.buffers_mib:
+                                    for bk in self.buckets_mib:
+                                        rows.append((lbi, q, lri, ci, _PROTO[pr], chn, bf, bk))
         a = np.array(rows, dtype=np.int64)
-        return {"xb_load_balancing": a[:, 0].astype(np.int8), "xb_queue_pairs": a[:, 1],
-                "xb_loss_recovery": a[:, 2].astype(np.int8), "collective": a[:, 3].astype(np.int8)}
+        out = {k: a[:, i] for i, k in enumerate(TRANSPORT)}
+        for k in TRANSPORT:
+            if k in CATEGORICAL:
+                out[k] = out[k].astype(np.int8)
+        return out
 
     @cached_property
     def legal_core(self) -> ConfigBatch:
@@ -275,7 +326,8 @@ class SearchSpace:
         n_sv = sum(len(self.chunks) if s == "interleaved_1f1b" else 1 for s in self.schedules)
         dims = [len(self.tp_values), len(self.cp_values), len(self.ep_values), len(self.pp_values),
                 5, 4, n_sv, len(self.micro_batches), 3, len(self.overlap),
-                len(self.load_balancing) * len(self.queue_pairs), len(self.loss_recovery), len(self.collectives)]
+                len(self.load_balancing) * len(self.queue_pairs), len(self.loss_recovery), len(self.collectives),
+                len(self.protocols), len(self.channels), len(self.buffers_mib), len(self.buckets_mib)]
         return math.prod(dims)
 
     def rows(self, idx) -> ConfigBatch:

@@ -29,7 +29,9 @@ def test_mask_rejects_most_of_a_uniform_draw_over_the_raw_product(campus):
               "micro_batch": rng.choice(space.micro_batches, n), "recompute": rng.integers(0, 3, n),
               "overlap_dp": np.ones(n, int), "xb_load_balancing": rng.integers(0, 3, n),
               "xb_queue_pairs": rng.choice(space.queue_pairs, n), "xb_loss_recovery": rng.integers(0, 2, n),
-              "collective": rng.integers(0, 4, n)})
+              "collective": rng.integers(0, 4, n), "nccl_protocol": rng.integers(0, 4, n),
+              "nccl_channels": rng.choice(space.channels, n), "nccl_buffer_mib": np.full(n, 4),
+              "dp_bucket_mib": np.full(n, 80)})
     assert space.legal_mask(b).mean() < 0.05
 
 

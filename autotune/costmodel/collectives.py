@@ -1,88 +1,240 @@
-"""Alpha-beta costs of collectives over a group of n_in members inside a building times n_x
-buildings. Pure vectorised functions.
+"""Collectives and send/recv as NCCL runs them, in closed form, vectorised over configurations.
 
-Every algorithm's time is linear in the message size S: t = S * A + Lat, and so are the bytes it
-sends across buildings: xb = S * X. ``group_coefficients`` computes (A, Lat, X) once per group
-for all-reduce (f=2) and for all-gather / reduce-scatter (f=1); a collective is then two
-multiply-adds per configuration.
+A group has n_in members inside each of n_x buildings, in rank order, so a ring crosses a
+building boundary n_x times (once per building, per channel). Each connection moves the
+protocol's slices (``nccl.py``) with at most NCCL_STEPS slots in flight; a slot is freed when
+the receiver forwards its data and the credit comes back one one-way latency later.
 
-Per algorithm (f = 2 all-reduce, 1 all-gather / reduce-scatter):
-- ring (Thakur et al. 2005): f (n-1)/n S / beta + f (n-1) alpha. Spanning buildings, every step
-  waits for its slowest hop: beta = min(bw_in, bw_x_ring) (one crossing flow per group) and
-  alpha = alpha_x.
-- tree (all-reduce only; NCCL double binary tree): 2 S / beta + 2 log2(n) alpha. NCCL has no
-  tree all-gather / reduce-scatter: those fall back to ring.
-- hierarchical: reduce-scatter inside (n_in), all-reduce across buildings on S / n_in with every
-  GPU crossing at once (bw_x_all), all-gather inside: only a shard crosses.
-- halving-doubling (Rabenseifner; nearest partners first): hierarchical bytes with log2(n)
-  alpha steps; a non-power-of-two group pays one extra full exchange per level.
+Per slice (s: wire time of a slice on the hop, o: per-slice software overhead, a: one-way
+latency, W: slices in flight, nsl: slices per ring step, k ring steps per loop, G slices in all):
+- serialisation: P_ser = max_h (s_h + o_h);
+- credit loop on the crossing hop: P_cr = (s_x + o_x + 2 a_x) / W: W slices per round trip.
+  Simple keeps 2 ring steps in flight, so a step across the long link costs about RTT/2; LL and
+  LL128 keep 8 one-slot steps (4x less). Large messages become window bound:
+  goodput per connection <= channels x buffer / RTT;
+- data chain: every ring step waits for the previous step from the left neighbour: per loop,
+  k-1 hops of max(s+o+a, nsl (s+o)) plus one step of serialisation; the first loop pays the
+  worst rank's share of crossing hops, later loops the average.
+T = max(G P_ser (or W P_ser + (G-W) P_cr once the window is full) + a_end, chain).
+Derived from the event graph that ``collsim.simulate_ring`` walks, and checked against it
+(``experiments/collective_closed_form_check.py``). A pipelined ring does *not* pay only the sum of
+its hop latencies: that holds for unbounded buffers only.
+
+Algorithms (only what a real library runs; NCCL has no halving-doubling):
+- ring (NCCL): all-reduce 2(n-1) steps, all-gather / reduce-scatter n-1;
+- tree (NCCL double binary tree, all-reduce only; all-gather / reduce-scatter fall back to ring):
+  a chain inside each node group and a binary tree over the rest; only the top ceil(log2 n_x)
+  levels cross buildings; 2 S / bw with the crossing edge's window bound; one-slot chunks;
+- hierarchical (HSDP, NCCLX-style, as frameworks build it): reduce-scatter inside, an all-reduce
+  of the 1/n_in shard across buildings by every rank at once, all-gather inside;
+- nccl_auto: NCCL's tuner choice between ring and tree by its own estimate, which never sees
+  distance (the network plugin reports latency 0; ``nccl.py``).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
+from . import nccl as N
 from .xp import NUMPY
 
-COLL_RING, COLL_TREE, COLL_HIER, COLL_HD = 0, 1, 2, 3
+COLL_AUTO, COLL_RING, COLL_TREE, COLL_HIER = range(4)
+KIND_AR, KIND_AG = 2, 1          # steps per member: all-reduce 2(n-1), all-gather / reduce-scatter n-1
 
 
-def _log2ceil(n, xp):
-    return xp.ceil(xp.log2(xp.maximum(n, 1.0)))
+_TABLES: dict[int, "np.ndarray"] = {}
 
 
-def _not_pow2(n, xp):
-    n = xp.maximum(n, 1.0)
-    return xp.where(xp.exp2(xp.round(xp.log2(n))) != n, 1.0, 0.0)
+def _by_proto(proto, table: dict, xp):
+    """Per-row protocol constant from a {code: value} table (Simple, LL128, LL): one gather."""
+    arr = _TABLES.get(id(table))
+    if arr is None:
+        arr = np.array([float(table[N.PROTO_SIMPLE])] + [float(table[c]) for c in (1, 2, 3)])
+        _TABLES[id(table)] = arr
+    return xp.take_table(arr, proto)
 
 
-@dataclass
-class GroupCoefficients:
-    """t = S * a + lat and xb_bytes_per_gpu = S * x, for f=1 and f=2 (arrays)."""
-    a1: np.ndarray
-    lat1: np.ndarray
-    x1: np.ndarray
-    a2: np.ndarray
-    lat2: np.ndarray
-    x2: np.ndarray
-
-    def time(self, f: int, size_bytes):
-        return size_bytes * self.a1 + self.lat1 if f == 1 else size_bytes * self.a2 + self.lat2
-
-    def xb_bytes(self, f: int, size_bytes):
-        return size_bytes * (self.x1 if f == 1 else self.x2)
+_SLICES = {p: N.RING_SLOTS_PER_STEP[p] // N.RING_SLOTS_PER_SLICE[p] for p in (1, 2, 3)}
+_WINDOW = {p: N.in_flight_slices(p) for p in (1, 2, 3)}
+_CHUNK = {p: N.ring_chunk_data_bytes(p) for p in (1, 2, 3)}
 
 
-def group_coefficients(algo, n_in, n_x, bw_in, alpha_in, bw_x_ring, bw_x_all, alpha_x, xp=NUMPY) -> GroupCoefficients:
+def proto_consts(proto, buffer_bytes, xp=NUMPY):
+    """(chunk payload per ring step, slices per step, slices in flight, payload fraction,
+    per-step network overhead) per row; Simple's chunk follows NCCL_BUFFSIZE."""
+    simple_chunk = buffer_bytes / N.NCCL_STEPS * N.RING_SLOTS_PER_STEP[N.PROTO_SIMPLE]
+    chunk = xp.where(proto == N.PROTO_SIMPLE, simple_chunk, _by_proto(proto, _CHUNK, xp))
+    return (chunk, _by_proto(proto, _SLICES, xp), _by_proto(proto, _WINDOW, xp),
+            _by_proto(proto, N.PAYLOAD_FRACTION, xp), _by_proto(proto, N.NET_STEP_OVERHEAD_s, xp))
+
+
+def _window_bound(G, W, p_ser, cycle, xp):
+    """Seconds until the last of G slices leaves the sender when each takes p_ser on the wire and
+    slice g may not start before slice g - W's credit is back (``cycle`` after it started):
+    start(g) = floor(g / W) cycle + (g mod W) p_ser when the window binds, g p_ser when not."""
+    g1 = G - 1.0
+    q = xp.floor(g1 / W)
+    return xp.maximum(G * p_ser, q * cycle + (g1 - q * W) * p_ser + p_ser)
+
+
+def ring_time(kind, size_bytes, n_in, n_x, bw_in, a_in, bw_x, a_x, proto, channels, buffer_bytes, xp=NUMPY,
+              ovh_scale=1.0):
+    """Seconds for a ring collective of ``size_bytes`` per member (all-reduce: the buffer;
+    all-gather: the output; reduce-scatter: the input). bw_* are per member's connection (all
+    channels together), a_* one-way latencies; kind = KIND_AR or KIND_AG."""
     n = n_in * n_x
     live = n > 1.0
-    spans = xp.where(n_x > 1.0, 1.0, 0.0)
-    bw_min = xp.where(spans > 0, xp.minimum(bw_in, bw_x_ring), bw_in)
-    a_max = xp.where(spans > 0, alpha_x, alpha_in)
-    frac_n = (n - 1.0) / n
-    frac_in = (n_in - 1.0) / n_in
-    frac_x = (n_x - 1.0) / n_x
-    shard_x = spans * frac_x / (n_in * bw_x_all)          # seconds per byte of S, cross part
-    is_ring, is_tree = algo == COLL_RING, algo == COLL_TREE
-    is_hier = algo == COLL_HIER
-    ring_a, ring_lat = frac_n / bw_min, (n - 1.0) * a_max
-    hier_a = frac_in / bw_in + shard_x
-    hier_lat = (n_in - 1.0) * alpha_in + spans * (n_x - 1.0) * alpha_x
-    hd_lat = _log2ceil(n_in, xp) * alpha_in + spans * _log2ceil(n_x, xp) * alpha_x
-    hd_extra = _not_pow2(n_in, xp) / bw_in + spans * _not_pow2(n_x, xp) / (n_in * bw_x_all)
-    ring_x = spans * frac_n / n_in
-    hier_x = spans * frac_x / n_in
-    flat = (algo == COLL_RING) | (algo == COLL_TREE)                              # f=1 tree falls back to ring
-    a1 = xp.where(flat, ring_a, xp.where(is_hier, hier_a, hier_a + hd_extra))
-    lat1 = xp.where(flat, ring_lat, xp.where(is_hier, hier_lat, hd_lat))
-    x1 = xp.where(flat, ring_x, hier_x)
-    a2 = xp.where(is_ring, 2 * ring_a, xp.where(is_tree, 2.0 / bw_min, xp.where(is_hier, 2 * hier_a, 2 * hier_a + hd_extra)))
-    lat2 = xp.where(is_ring, 2 * ring_lat, xp.where(is_tree, 2.0 * _log2ceil(n, xp) * a_max, 2 * xp.where(is_hier, hier_lat, hd_lat)))
-    x2 = xp.where(is_ring, 2 * ring_x, xp.where(is_tree, spans / n_in, 2 * hier_x))
-    # a group of one does nothing; every term above is already 0 at n = 1 except the tree's S/beta
-    a2 = xp.where(live, a2, 0.0)
-    return GroupCoefficients(a1, lat1, x1, a2, lat2, x2)
+    n1 = xp.maximum(n, 2.0)
+    k = kind * (n1 - 1.0)
+    chunk, nsl, W, pay, ovh = proto_consts(proto, buffer_bytes, xp)
+    ovh = ovh * ovh_scale
+    D = size_bytes / channels
+    loops = xp.maximum(1.0, xp.ceil(D / (n1 * chunk)))
+    wire = D / (n1 * loops) / nsl / pay               # bytes of one slice on the wire
+    spans = n_x > 1.0
+    o = ovh / nsl
+    s_in = wire * channels / bw_in
+    s_x = wire * channels / bw_x
+    hx = xp.where(spans, n_x, 0.0)
+    ser_in = xp.where(n_in > 1.0, s_in + o, 0.0)
+    p_ser = xp.where(spans, xp.maximum(ser_in, s_x + o), s_in + o)
+    cycle = xp.where(spans, xp.maximum(s_x + o + 2.0 * a_x, s_in + o + 2.0 * a_in), s_in + o + 2.0 * a_in)
+    c_in = xp.maximum(s_in + o + a_in, nsl * (s_in + o))
+    c_x = xp.maximum(s_x + o + a_x, nsl * (s_x + o))
+    x_first = xp.ceil((k - 1.0) * hx / n1)
+    x_avg = (k - 1.0) * hx / n1
+    loop_first = x_first * c_x + (k - 1.0 - x_first) * c_in + nsl * p_ser
+    loop_avg = x_avg * c_x + (k - 1.0 - x_avg) * c_in + nsl * p_ser
+    G = k * loops * nsl
+    a_end = xp.where(spans, a_x, a_in)
+    tput = _window_bound(G, W, p_ser, cycle, xp) + a_end
+    chain = loop_first + (loops - 1.0) * loop_avg + a_end
+    t = xp.maximum(tput, chain) + ovh_scale * _by_proto(proto, N.RING_BASE_LATENCY_s, xp)
+    return xp.where(live & (size_bytes > 0), t, 0.0)
+
+
+def p2p_time(size_bytes, bw, a, channels, xp=NUMPY, ovh_scale=1.0):
+    """One send/recv over one connection: NCCL_P2P_NET_CHUNKSIZE chunks (4x smaller below one
+    chunk, 2x below 8), NCCL_STEPS in flight per channel, freed on arrival. ``bw`` is the
+    connection's rate over all its channels. Same event graph as the ring with one step."""
+    D = size_bytes / channels
+    c = N.P2P_NET_CHUNK_BYTES
+    chunk = xp.where(D < c, c / 4.0, xp.where(D < 8 * c, c / 2.0, float(c)))
+    G = xp.maximum(1.0, xp.ceil(D / chunk))
+    o = ovh_scale * N.NET_STEP_OVERHEAD_s[N.PROTO_SIMPLE] / N.RING_SLOTS_PER_STEP[N.PROTO_SIMPLE]
+    s = D / G * channels / bw
+    t = _window_bound(G, float(N.NCCL_STEPS), s + o, s + o + 2.0 * a, xp) + a
+    return xp.where(size_bytes > 0, t, 0.0)
+
+
+def tree_allreduce_time(size_bytes, n_in, n_x, bw_in, a_in, bw_x, a_x, proto, channels, buffer_bytes, xp=NUMPY,
+                        ovh_scale=1.0):
+    """NCCL's double binary tree all-reduce (trees.cc, tuning.cc): up and down pipelined per
+    one-slot chunk. Depth: log2(n) levels of which ceil(log2 n_x) cross buildings; bandwidth
+    2 S / bw (each rank receives from two children and sends up, then the reverse); each
+    crossing edge keeps NCCL_STEPS chunks in flight."""
+    n = n_in * n_x
+    chunk, _, _, pay, ovh = proto_consts(proto, buffer_bytes, xp)
+    ovh = ovh * ovh_scale
+    chunk = chunk / _by_proto(proto, N.RING_SLOTS_PER_STEP, xp)          # one slot per tree chunk
+    D = size_bytes / channels
+    G = xp.maximum(1.0, xp.ceil(D / chunk))
+    wire = D / G / pay
+    spans = n_x > 1.0
+    lx = xp.where(spans, xp.ceil(xp.log2(xp.maximum(n_x, 1.0))), 0.0)
+    depth = xp.ceil(xp.log2(xp.maximum(n, 2.0)))
+    lin = xp.maximum(depth - lx, 0.0)
+    bw = xp.where(spans, xp.minimum(bw_in, bw_x), bw_in) / channels
+    s = wire / bw
+    W = float(N.NCCL_STEPS)
+    p = xp.maximum(2.0 * (s + ovh), xp.where(spans, (s + ovh + 2.0 * a_x) / W, 0.0))
+    latency = 2.0 * (lin * (s + ovh + a_in) + lx * (s + ovh + a_x))
+    t = latency + (G - 1.0) * p + ovh_scale * _by_proto(proto, N.TREE_BASE_LATENCY_s, xp)
+    return xp.where((n > 1.0) & (size_bytes > 0), t, 0.0)
+
+
+def nccl_estimate(kind, algo_tree: bool, size_bytes, n, bw, proto, xp=NUMPY):
+    """NCCL's own time estimate (tuning.cc): base + steps x hwLat(NET) + S / (bw x factor), with
+    no propagation delay (the network plugin reports latency 0)."""
+    if algo_tree:
+        lat = _by_proto(proto, N.TREE_BASE_LATENCY_s, xp) + 2.0 * xp.ceil(xp.log2(xp.maximum(n, 2.0))) \
+            * _by_proto(proto, N.TREE_NET_STEP_LATENCY_s, xp)
+        return lat + 2.0 * size_bytes / (bw * _by_proto(proto, N.TREE_BW_FACTOR, xp))
+    steps = kind * (n - 1.0)
+    lat = _by_proto(proto, N.RING_BASE_LATENCY_s, xp) + steps * _by_proto(proto, N.RING_NET_STEP_LATENCY_s, xp)
+    return lat + steps / n * size_bytes / (bw * _by_proto(proto, N.RING_BW_FACTOR, xp))
+
+
+def nccl_choice(kind, size_bytes, n, bw, allow_ll128=True, xp=NUMPY):
+    """What NCCL's tuner picks, by the smallest of its own estimates: (use_tree, protocol with
+    tree allowed, protocol of the ring). Tree is a candidate for all-reduce only; LL128 only where
+    the hardware runs it."""
+    protos = (N.PROTO_SIMPLE, N.PROTO_LL128, N.PROTO_LL) if allow_ll128 else (N.PROTO_SIMPLE, N.PROTO_LL)
+
+    def best(tree):
+        bt = bp = None
+        for p in protos:
+            t = nccl_estimate(kind, tree, size_bytes, n, bw, p, xp)
+            if bt is None:
+                bt, bp = t, xp.full_like(t, float(p))
+            else:
+                better = t < bt
+                bt, bp = xp.where(better, t, bt), xp.where(better, float(p), bp)
+        return bt, bp
+    ring_t, ring_p = best(False)
+    if kind != KIND_AR:
+        return False, ring_p, ring_p
+    tree_t, tree_p = best(True)
+    use_tree = tree_t < ring_t
+    return use_tree, xp.where(use_tree, tree_p, ring_p), ring_p
+
+
+def collective(kind, algo, proto, size_bytes, n_in, n_x, bw_in, a_in, bw_x_ring, bw_x_all, a_x,
+               channels, buffer_bytes, allow_ll128=True, xp=NUMPY, ovh_scale=1.0):
+    """(seconds, bytes per member that cross a building boundary) for one all-reduce (KIND_AR) or
+    all-gather / reduce-scatter (KIND_AG) of ``size_bytes`` per member, by algorithm code and
+    protocol code (PROTO_AUTO: what NCCL's tuner picks for the algorithm that runs).
+    bw_x_ring: a member's crossing rate when one connection per group crosses (ring, tree);
+    bw_x_all: when every member crosses at once (hierarchical's middle phase).
+
+    Cross-building bytes: a ring's n_x crossing connections each carry k/n of S: k/n S / n_in per
+    member; a tree has n_x - 1 crossing edges per tree carrying S/2 up and S/2 down, two trees:
+    2 (n_x - 1) S / n; hierarchical: a ring of n_x over the S / n_in shard."""
+    n = n_in * n_x
+    spans = n_x > 1.0
+    is_ar = kind == KIND_AR
+    is_hier = (algo == COLL_HIER) & spans
+    bw_sel = xp.where(spans, xp.minimum(bw_in, bw_x_ring), bw_in)
+    auto_tree, auto_p, ring_p = nccl_choice(kind, size_bytes, n, bw_sel, allow_ll128, xp)
+    use_tree = (xp.where(algo == COLL_AUTO, auto_tree, algo == COLL_TREE) & xp.logical_not(is_hier)) if is_ar else False
+    p_run = xp.where(proto > 0, proto, xp.where(use_tree, auto_p, ring_p))
+
+    def ring(size, ni, nx, bwi, ai, bwx, ax, p, chn, buf):
+        t = ring_time(kind, size, ni, nx, bwi, ai, bwx, ax, p, chn, buf, xp, ovh_scale)
+        return t, xp.where(nx > 1.0, kind * (ni * nx - 1.0) / (ni * nx) * size / ni, 0.0)
+
+    def tree(size, ni, nx, bwi, ai, bwx, ax, p, chn, buf):
+        t = tree_allreduce_time(size, ni, nx, bwi, ai, bwx, ax, p, chn, buf, xp, ovh_scale)
+        return t, 2.0 * (nx - 1.0) * size / (ni * nx)
+
+    def hier(size, ni, nx, bwi, ai, bwx, ax, p, chn, buf):
+        one = xp.full_like(ni, 1.0)
+        inner = ring_time(KIND_AG, size, ni, one, bwi, ai, bwi, ai, p, chn, buf, xp, ovh_scale)
+        across = ring_time(kind, size / ni, one, nx, bwx, ax, bwx, ax, p, chn, buf, xp, ovh_scale)
+        return inner * (2.0 if is_ar else 1.0) + across, kind * (nx - 1.0) / nx * size / ni
+
+    a_x = a_x + 0.0 * n_in                          # per-row arrays, so every argument can be subset
+    common = (a_in, None, a_x, p_run, channels, buffer_bytes)
+
+    def args(bwx):
+        return (size_bytes, n_in, n_x, bw_in, common[0], bwx, *common[2:])
+    plain = (xp.logical_not(is_hier) & xp.logical_not(use_tree)) if is_ar else xp.logical_not(is_hier)
+    t, x = xp.on_rows(plain, ring, *args(bw_x_ring))
+    t_h, x_h = xp.on_rows(is_hier, hier, *args(bw_x_all))
+    t, x = t + t_h, x + x_h
+    if is_ar:
+        t_t, x_t = xp.on_rows(use_tree, tree, *args(bw_x_ring))
+        t, x = t + t_t, x + x_t
+    return t, x
 
 
 def all_to_all_time(size_bytes, n, bw, alpha, xp=NUMPY):

@@ -50,9 +50,10 @@ SR_TAIL_TIMEOUT_FRACTION = 0.01
 losses with no later packet to reveal the gap) (assumed)."""
 RTO_MIN_s = 1e-4
 """Minimum retransmission timeout of the RDMA transport (assumed, tuned RoCE deployments)."""
-DP_BUCKETS = 8
-"""Gradient buckets per step: the last one cannot overlap with backward (PyTorch DDP default
-25 MB buckets; Megatron overlaps by bucket)."""
+DEFAULT_BUCKET_BYTES = 40e6 * 2.0
+"""Gradient bucket when the configuration leaves it to the framework (dp_bucket_mib = 0):
+Megatron-Core's default of max(40M, 1M x dp) parameters (distributed_data_parallel.py), at
+2 bytes per bf16 gradient; one collective per bucket, the last one exposed."""
 EXPERT_IMBALANCE_FACTOR = 1.1
 """Busiest expert's load over the mean with auxiliary-loss balancing (assumed; DeepSeek-V3 and
 Mixtral report near-balanced routing)."""

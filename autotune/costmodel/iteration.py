@@ -13,7 +13,8 @@ import numpy as np
 from ..specs.config import CATEGORICAL, FIELDS
 from ..specs.scenario import Scenario
 from . import constants as C
-from .collectives import all_to_all_time, group_coefficients
+from . import nccl as N
+from .collectives import KIND_AG, KIND_AR, all_to_all_time, collective, p2p_time
 from .network import effective_bandwidth_Bps
 from .params import CostParams, default_params
 from .pipeline import (S_1F1B, S_DUALPIPEV, S_GPIPE, S_INTERLEAVED, S_ZBV, bubble_time, chain_hops,
@@ -68,8 +69,11 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
     v, mb = f(batch["pp_chunks"]), f(batch["micro_batch"])
     pl, fl, sc, rc = (batch[x] for x in ("placement", "dp_flavour", "pp_schedule", "recompute"))
     overlap = f(batch["overlap_dp"]) > 0
-    lb, lr, coll = (batch[x] for x in ("xb_load_balancing", "xb_loss_recovery", "collective"))
-    qp = f(batch["xb_queue_pairs"])
+    lb, lr, coll, proto = (batch[x] for x in ("xb_load_balancing", "xb_loss_recovery", "collective", "nccl_protocol"))
+    qp, ch = f(batch["xb_queue_pairs"]), f(batch["nccl_channels"])
+    buf = f(batch["nccl_buffer_mib"]) * 2.0**20
+    bucket_mib = f(batch["dp_bucket_mib"])
+    bucket = xp.where(bucket_mib > 0, bucket_mib * 2.0**20, C.DEFAULT_BUCKET_BYTES)
 
     m = k.global_batch / (dp * mb)                   # micro-batches per step
     tok = mb * k.seq / cp                            # tokens per micro-batch on one GPU
@@ -84,10 +88,16 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
     x_cp = xp.where(pl == P_CP_OUT, B, 1.0)
 
     # ---- cross-building goodput per connection, for two concurrency patterns ----
-    def xb_bw(flows):
+    # a collective's connection has ``ch`` channels (each its own QPs and buffer); send/recv
+    # (PP, CP, EP) opens NCCL's P2P channel count per peer
+    def xb_bw(flows, channels, cap):
         return effective_bandwidth_Bps(lb, qp, lr, flows, k.x_uplink_Bps, k.nic_Bps, k.x_paths,
-                                       k.x_rtt_s, k.x_loss, k.x_mtu, k.net_eff, xp)
-    bw_x_all = xb_bw(xp.full_like(tp, k.G_b))        # every GPU of the building crosses at once
+                                       k.x_rtt_s, k.x_loss, k.x_mtu, k.net_eff, channels, cap, k.x_rto_s, xp)
+    ch_p2p = float(N.p2p_channels(k.nic_Bps))
+    p2p_window = ch_p2p * N.NCCL_STEPS * N.P2P_NET_CHUNK_BYTES
+    bw_x_all = xb_bw(xp.full_like(tp, k.G_b), ch, ch * buf)   # every GPU of the building crosses at once
+    bw_x_p2p = xb_bw(xp.full_like(tp, k.G_b), ch_p2p, p2p_window)
+    bw_x_p2p = xp.minimum(bw_x_p2p, p2p_window / k.x_rtt_s) if k.x_rtt_s > 0 else bw_x_p2p  # NCCL_STEPS chunks per RTT
 
     # ---- compute per micro-batch on the bottleneck rank ----
     Ls = xp.ceil(k.L / (pp * v)) * v                 # layers on the busiest rank (uneven split)
@@ -134,7 +144,7 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
     # ---- context parallel: ring of K/V blocks, hidden behind the attention core ----
     cp_in = cp / x_cp
     bw_cp_in, a_cp_in = tier_of_span(k, tp * cp_in, xp)
-    bw_cp = xp.where(x_cp > 1, xp.minimum(bw_cp_in, bw_x_all), bw_cp_in)
+    bw_cp = xp.where(x_cp > 1, xp.minimum(bw_cp_in, bw_x_p2p), bw_cp_in)
     a_cp = xp.where(x_cp > 1, k.x_alpha_s, a_cp_in)
     kv_bytes = 2 * tok * k.kv_dim * k.wire_bytes / tp
     t_cp_ring = (cp - 1) * (kv_bytes / bw_cp + a_cp)
@@ -145,7 +155,7 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
     ep_in = ep / x_ep
     bw_ep_in, a_ep_in = tier_of_span(k, tp * cp * ep_in, xp)
     a2a_bytes = tok * k.top_k * k.h * k.wire_bytes
-    t_a2a = xp.where(x_ep > 1, (B - 1) / B * a2a_bytes / bw_x_all + k.x_alpha_s,
+    t_a2a = xp.where(x_ep > 1, (B - 1) / B * a2a_bytes / bw_x_p2p + k.x_alpha_s,
                      all_to_all_time(a2a_bytes, ep, bw_ep_in, a_ep_in, xp))
     hide = xp.where(sc == S_DUALPIPEV, 1.0, 0.0)    # DualPipeV overlaps a2a with the paired chunk
     layer_f = t_attn_lin + t_moe_lin + t_core
@@ -166,34 +176,57 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
     n_e = xp.maximum(dp * cp / ep, 1.0)
     n_in_d, n_in_e = n_d / b_dp, n_e / x_exp
     bw_d_in, a_d_in = tier_of_span(k, tp * n_in_d, xp)
-    bw_d_ring = xb_bw(k.G_b / n_in_d)
+    bw_d_ring = xb_bw(k.G_b / n_in_d, ch, ch * buf)
     ax = k.x_alpha_s
-
     g_d, g_e = P_dense * k.wire_bytes, P_exp * k.wire_bytes
     # parameters are gathered and gradients reduced in the wire precision: same bytes (asserted in tests)
-    one = 1.0
-    grp_d = group_coefficients(coll, n_in_d, b_dp, bw_d_in, a_d_in, bw_d_ring, bw_x_all, ax, xp)
-    grp_d_in = group_coefficients(coll, n_in_d, one, bw_d_in, a_d_in, bw_d_ring, bw_x_all, ax, xp)
-    # HSDP: the shard (S / n_in) is all-reduced across buildings by every GPU at once
-    grp_d_x = group_coefficients(coll, one, b_dp, bw_d_in, a_d_in, bw_x_all, bw_x_all, ax, xp)
-    ar, rs = grp_d.time(2, g_d), grp_d.time(1, g_d)
-    rs_in, hs_x = grp_d_in.time(1, g_d), grp_d_x.time(2, g_d / n_in_d)
-    xar, xrs, hxs = grp_d.xb_bytes(2, g_d), grp_d.xb_bytes(1, g_d), grp_d_x.xb_bytes(2, g_d / n_in_d)
+    # Collectives per step: DDP / ZeRO-1 reduce per gradient bucket (dp_bucket_mib); FSDP / HSDP
+    # gather and reduce per unit (workload.fsdp_unit_layers layers). Each call pays its own
+    # start-up, ring steps and window; the bytes split evenly over the calls.
+    is_fsdp, is_hsdp = fl == F_FSDP, fl == F_HSDP
+    units = xp.ceil(Ls / k.fsdp_unit_layers)
+    one = xp.full_like(tp, 1.0)
+
+    def dp_group(g, n_in, n_x, bw_in, a_in, bw_ring):
+        """(time, cross-building bytes) per step of the collectives each DP flavour runs, each
+        evaluated only on the rows of that flavour: DDP all-reduce; ZeRO-1 and FSDP
+        reduce-scatter (all-gathers cost the same); HSDP reduce-scatter inside and all-reduce of
+        the shard across."""
+        nb = xp.maximum(1.0, xp.ceil(g / bucket))
+        calls = xp.where(is_fsdp | is_hsdp, units, nb)
+        c = g / calls
+
+        def run(kind, cl, size, ni, nx, bwi, ai, bwr, bwxa, al, pr, chn, bf):
+            t, x = collective(kind, al, pr, size, ni, nx, bwi, ai, bwr, bwxa, ax, chn, bf, k.ll128, xp,
+                              p.nccl_overhead_scale)
+            return cl * t, cl * x
+
+        def ddp(cl, *a):
+            return run(KIND_AR, cl, *a)
+
+        def shard(cl, *a):
+            return run(KIND_AG, cl, *a)
+
+        def hsdp(cl, size, ni, nx, bwi, ai, bwr, bwxa, al, pr, chn, bf):
+            one_ = xp.full_like(ni, 1.0)
+            t_in, _ = run(KIND_AG, cl, size, ni, one_, bwi, ai, bwr, bwxa, al, pr, chn, bf)
+            t_x, x_x = run(KIND_AR, cl, size / ni, one_, nx, bwi, ai, bwxa, bwxa, al, pr, chn, bf)
+            return t_in, t_x, x_x
+        hsdp.n_out = 3
+        a = (calls, c, n_in + 0.0 * c, n_x + 0.0 * c, bw_in + 0.0 * c, a_in + 0.0 * c, bw_ring + 0.0 * c,
+             bw_x_all, coll, proto, ch, buf)
+        ar_, xar_ = xp.on_rows(fl == F_DDP, ddp, *a)
+        rs_, xrs_ = xp.on_rows((fl == F_ZERO1) | is_fsdp, shard, *a)
+        rs_in_, hs_x_, hxs_ = xp.on_rows(is_hsdp, hsdp, *a)
+        return ar_, xar_, rs_, xrs_, rs_in_, hs_x_, hxs_, calls
+
+    ar, xar, rs, xrs, rs_in, hs_x, hxs, calls_d = dp_group(g_d, n_in_d, b_dp, bw_d_in, a_d_in, bw_d_ring)
     if k.experts:
         bw_e_in, a_e_in = tier_of_span(k, tp * ep * n_in_e, xp)
-        bw_e_ring = xb_bw(k.G_b / n_in_e)
-        grp_e = group_coefficients(coll, n_in_e, x_exp, bw_e_in, a_e_in, bw_e_ring, bw_x_all, ax, xp)
-        grp_e_in = group_coefficients(coll, n_in_e, one, bw_e_in, a_e_in, bw_e_ring, bw_x_all, ax, xp)
-        grp_e_x = group_coefficients(coll, one, x_exp, bw_e_in, a_e_in, bw_x_all, bw_x_all, ax, xp)
-        ar = ar + grp_e.time(2, g_e)
-        rs = rs + grp_e.time(1, g_e)
-        rs_in = rs_in + grp_e_in.time(1, g_e)
-        hs_x = hs_x + grp_e_x.time(2, g_e / n_in_e)
-        xar = xar + grp_e.xb_bytes(2, g_e)
-        xrs = xrs + grp_e.xb_bytes(1, g_e)
-        hxs = hxs + grp_e_x.xb_bytes(2, g_e / n_in_e)
+        bw_e_ring = xb_bw(k.G_b / n_in_e, ch, ch * buf)
+        e_terms = dp_group(g_e, n_in_e, x_exp, bw_e_in, a_e_in, bw_e_ring)
+        ar, xar, rs, xrs, rs_in, hs_x, hxs = (u + v for u, v in zip((ar, xar, rs, xrs, rs_in, hs_x, hxs), e_terms[:7]))
 
-    is_fsdp, is_hsdp = fl == F_FSDP, fl == F_HSDP
     # FSDP/HSDP shard-group collectives (parameters and gradients move the same bytes), by the
     # workload's regather policy (WorkloadSpec.fsdp_regather):
     #   every_pass (ZeRO-3): per micro-batch, all-gather before forward, all-gather before
@@ -222,15 +255,18 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
     s_pp = tok * k.h * k.wire_bytes / tp
     stage_gpus = k.G_b * b_pp / pp                   # GPUs of one stage inside one building
     bw_pp_in, a_pp_in = tier_of_span(k, 2 * stage_gpus, xp)
-    bw_pp_x = xb_bw(xp.maximum(stage_gpus, 1.0))
+    bw_pp_x = xb_bw(xp.maximum(stage_gpus, 1.0), ch_p2p, p2p_window)
     t_p2p_in = s_pp / bw_pp_in + a_pp_in
-    t_p2p_x = s_pp / bw_pp_x + ax
+    # across buildings: NCCL send/recv, 128 KiB chunks, NCCL_STEPS in flight per channel
+    t_p2p_x = p2p_time(s_pp, bw_pp_x, ax, ch_p2p, xp, p.nccl_overhead_scale)
+    bw_pp_x_eff = xp.minimum(bw_pp_x, p2p_window / (2.0 * ax)) if k.x_rtt_s > 0 else bw_pp_x
     hops, xhops = chain_hops(sc, pp, v, b_pp, xp)
     has_pp = pp > 1
     D_chain = xp.where(has_pp, (hops - xhops) * t_p2p_in + xhops * t_p2p_x, 0.0)
     msgs = xp.where((sc == S_ZBV) | (sc == S_DUALPIPEV), 2.0, v)
-    p2p_bw_bound = xp.where(has_pp, msgs * xp.maximum(s_pp / bw_pp_in, xp.where(b_pp > 1, s_pp / bw_pp_x, 0.0)), 0.0)
-    p2p_bw_bound = xp.where(sc == S_DUALPIPEV, 0.0, p2p_bw_bound)  # DualPipeV overlaps P2P too
+    # every schedule, DualPipeV included, moves its messages through the link: the window-bound
+    # rate caps the pace even where the transfer overlaps compute
+    p2p_bw_bound = xp.where(has_pp, msgs * xp.maximum(s_pp / bw_pp_in, xp.where(b_pp > 1, s_pp / bw_pp_x_eff, 0.0)), 0.0)
 
     # ---- per-micro-batch pace of the bottleneck rank, then the whole pipeline ----
     # FSDP gathers overlap the forward and backward they feed (prefetch), or add to them; W is
@@ -257,8 +293,9 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
     # ---- DP exposure once per step ----
     window_b = t_b_comp + t_w_comp                    # backward compute of the last micro-batch
     window_f = t_f_comp                               # communication only hides behind compute
-    dp_grad_exposed = xp.where(overlap, xp.maximum(per_step_grad / C.DP_BUCKETS, per_step_grad - window_b), per_step_grad)
-    dp_param_exposed = xp.where(overlap, xp.maximum(per_step_param / C.DP_BUCKETS, per_step_param - window_f), per_step_param)
+    # the last bucket (or unit) cannot hide behind the backward that produced it
+    dp_grad_exposed = xp.where(overlap, xp.maximum(per_step_grad / calls_d, per_step_grad - window_b), per_step_grad)
+    dp_param_exposed = xp.where(overlap, xp.maximum(per_step_param / calls_d, per_step_param - window_f), per_step_param)
     dp_exposed = dp_grad_exposed + dp_param_exposed
 
     # ---- optimizer step (HBM bound) ----

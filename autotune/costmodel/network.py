@@ -85,25 +85,38 @@ def per_flow_rate_Bps(lb, queue_pairs, flows, uplink_Bps, nic_Bps, n_paths: int,
     return xp.minimum(rate, nic_Bps)
 
 
-def loss_efficiency(loss_recovery, lb, rate_Bps, rtt_s: float, loss_rate: float, mtu_bytes: int, xp=NUMPY):
+def loss_efficiency(loss_recovery, lb, rate_Bps, rtt_s: float, loss_rate: float, mtu_bytes: int,
+                    queue_pairs=1.0, in_flight_cap_bytes=None, rto_s: float | None = None, xp=NUMPY):
     """Goodput fraction under packet loss (and reordering from packet spraying).
 
-    Go-back-N resends the window in flight per loss: W = rate * RTT / MTU packets, so
-    eff = 1 / (1 + p W) (COST_MODEL.md). Packet spraying reorders packets; go-back-N treats a
-    reordered packet like a loss (PACKET_SPRAY_REORDER_PROB). Selective repeat resends only the
-    lost packet, plus a timeout for the tail-loss fraction: eff = 1 / (1 + p (1 + f_to * W_rto)).
+    Go-back-N resends what one queue pair has in flight per loss: a connection of q QPs keeps
+    W = min(rate x RTT, the library's in-flight cap) / (q MTU) packets on each, so more QPs help it
+    (eff = 1 / (1 + p W), COST_MODEL.md, per QP). Packet spraying reorders packets; go-back-N
+    treats a reordered packet like a loss (PACKET_SPRAY_REORDER_PROB). Selective repeat resends
+    only the lost packet. Both recover a tail loss (no later packet to reveal the gap) only by the
+    retransmission timeout ``rto_s`` (the transport's: 4.096 us x 2^NCCL_IB_TIMEOUT, or adaptive
+    retransmission's few round trips): eff = 1 / (1 + p (resent + f_to rate_q RTO / MTU)).
     """
-    window_pkts = xp.maximum(rate_Bps * rtt_s / mtu_bytes, 1.0)
+    in_flight = rate_Bps * rtt_s
+    if in_flight_cap_bytes is not None:
+        in_flight = xp.minimum(in_flight, in_flight_cap_bytes)
+    window_pkts = xp.maximum(in_flight / (mtu_bytes * queue_pairs), 1.0)
+    rto = (4.0 * rtt_s + RTO_MIN_s) if rto_s is None else rto_s
+    tail = SR_TAIL_TIMEOUT_FRACTION * rate_Bps / queue_pairs * rto / mtu_bytes
     p_gbn = loss_rate + xp.where(lb == LB_PACKET_SPRAY, PACKET_SPRAY_REORDER_PROB, 0.0)
-    eff_gbn = 1.0 / (1.0 + p_gbn * window_pkts)
-    rto_s = 4.0 * rtt_s + RTO_MIN_s
-    eff_sr = 1.0 / (1.0 + loss_rate * (1.0 + SR_TAIL_TIMEOUT_FRACTION * rate_Bps * rto_s / mtu_bytes))
+    eff_gbn = 1.0 / (1.0 + p_gbn * window_pkts + loss_rate * tail)
+    eff_sr = 1.0 / (1.0 + loss_rate * (1.0 + tail))
     return xp.where(loss_recovery == LR_SR, eff_sr, eff_gbn)
 
 
 def effective_bandwidth_Bps(lb, queue_pairs, loss_recovery, flows, uplink_Bps, nic_Bps,
                             n_paths: int, rtt_s: float, loss_rate: float, mtu_bytes: int,
-                            network_efficiency: float, xp=NUMPY):
-    """Goodput per connection across a tier: load balancing x loss recovery x NCCL efficiency."""
-    rate = per_flow_rate_Bps(lb, queue_pairs, flows, uplink_Bps, nic_Bps, n_paths, xp)
-    return rate * loss_efficiency(loss_recovery, lb, rate, rtt_s, loss_rate, mtu_bytes, xp) * network_efficiency
+                            network_efficiency: float, channels=1.0, in_flight_cap_bytes=None,
+                            rto_s: float | None = None, xp=NUMPY):
+    """Goodput per connection across a tier: load balancing x loss recovery x NCCL efficiency.
+    A connection of ``channels`` NCCL channels opens ``queue_pairs`` QPs on each: channels x QPs
+    sub-flows for ECMP to hash (more entropy) and for go-back-N to share the window."""
+    q = queue_pairs * channels
+    rate = per_flow_rate_Bps(lb, q, flows, uplink_Bps, nic_Bps, n_paths, xp)
+    return rate * loss_efficiency(loss_recovery, lb, rate, rtt_s, loss_rate, mtu_bytes, q,
+                                  in_flight_cap_bytes, rto_s, xp) * network_efficiency

@@ -26,6 +26,9 @@ class CostParams:
     """Achieved collective bus bandwidth over NIC bandwidth on scale-out tiers (NCCL busbw)."""
     nvlink_efficiency: float = 0.8
     """Achieved collective bus bandwidth over NVLink bandwidth (nccl-tests on DGX: ~75-85%)."""
+    nccl_overhead_scale: float = 1.0
+    """Multiplies NCCL's software latencies (per-call base latency and per-step overhead, from its
+    own tuning.cc tables, ``nccl.py``); 0 models a library with no software cost."""
 
     @classmethod
     def names(cls) -> list[str]:

@@ -22,6 +22,9 @@ class ScenarioConsts:
     hbm_bytes: float; hbm_Bps: float; nvlink_Bps: float; nvlink_alpha_s: float; nic_Bps: float
     so_Bps: float; so_alpha_s: float; cz_Bps: float; cz_alpha_s: float
     x_uplink_Bps: float; x_alpha_s: float; x_rtt_s: float; x_paths: int; x_loss: float; x_mtu: int
+    x_rto_s: float
+    ll128: bool                  # NCCL's LL128 protocol runs on every building's nodes
+    fsdp_unit_layers: float      # layers per FSDP unit (one all-gather / reduce-scatter each)
     x_tier: object
     net_eff: float
     flash: bool
@@ -58,8 +61,9 @@ def _intra_tier_Bps(tier, gpus_below: int, nic_Bps: float, net_eff: float) -> fl
     uplink = gpus_below * tier.bandwidth_Bps / tier.oversubscription
     lb = {"ecmp": 0, "qp_spray": 1, "packet_spray": 2}[tier.load_balancing]
     lr = {"gbn": 0, "sr": 1}[tier.loss_recovery]
-    bw = effective_bandwidth_Bps(lb, float(tier.queue_pairs), lr, float(gpus_below), uplink, nic_Bps, tier.n_paths,
-                                 2 * tier.one_way_latency_s, tier.loss_rate, tier.mtu_bytes, net_eff, SCALAR)
+    rtt = 2 * tier.one_way_latency_s
+    bw = effective_bandwidth_Bps(lb, float(tier.queue_pairs), lr, float(gpus_below), uplink, nic_Bps, tier.paths(uplink),
+                                 rtt, tier.loss_rate, tier.mtu_bytes, net_eff, rto_s=tier.rto_s(rtt), xp=SCALAR)
     return float(bw)
 
 
@@ -98,6 +102,9 @@ def _compute_consts(scenario: Scenario, params: CostParams) -> ScenarioConsts:
     cz_Bps = _intra_tier_Bps(cz, G_b, nic, params.network_efficiency)
     xt = c.inter_building_tier or c.scale_out
     b_pp_h, b_dp_h = _hybrid_split(c.n_buildings)
+    x_uplink = G_b * xt.bandwidth_Bps / xt.oversubscription
+    caps = {g.compute_capability for g in gpus}
+    ll128 = all(g.nccl_ll128 for g in gpus) and (len(caps) == 1 or min(caps) >= 9.0)
     return ScenarioConsts(
         L=m.n_layers, h=m.hidden, ffn=m.ffn_hidden, heads=m.n_heads, kv_dim=m.kv_dim, vocab=m.vocab,
         seq=scenario.seq_len, experts=m.moe_experts, top_k=m.moe_top_k, shared=m.moe_shared_experts,
@@ -114,8 +121,10 @@ def _compute_consts(scenario: Scenario, params: CostParams) -> ScenarioConsts:
         nvlink_alpha_s=max(g.nvlink_latency_s for g in gpus), nic_Bps=nic,
         so_Bps=so_Bps, so_alpha_s=c.scale_out.one_way_latency_s,
         cz_Bps=cz_Bps, cz_alpha_s=cz.one_way_latency_s,
-        x_uplink_Bps=G_b * xt.bandwidth_Bps / xt.oversubscription, x_alpha_s=xt.one_way_latency_s,
-        x_rtt_s=2 * xt.one_way_latency_s, x_paths=xt.n_paths, x_loss=xt.loss_rate, x_mtu=xt.mtu_bytes,
+        x_uplink_Bps=x_uplink, x_alpha_s=xt.one_way_latency_s,
+        x_rtt_s=2 * xt.one_way_latency_s, x_paths=xt.paths(x_uplink), x_loss=xt.loss_rate, x_mtu=xt.mtu_bytes,
+        x_rto_s=xt.rto_s(2 * xt.one_way_latency_s), ll128=ll128,
+        fsdp_unit_layers=float(scenario.workload.fsdp_unit_layers),
         x_tier=xt, net_eff=params.network_efficiency, flash=scenario.workload.flash_attention,
         **dict(zip(("wire_bytes", "weight_bytes", "grad_bytes", "optimizer_bytes"), precision_bytes(scenario.precision))),
         fsdp_regather=_REGATHER[scenario.workload.fsdp_regather],

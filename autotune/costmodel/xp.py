@@ -14,9 +14,11 @@ import numpy as np
 
 class _Numpy:
     where = staticmethod(np.where)
+    logical_not = staticmethod(np.logical_not)
     maximum = staticmethod(np.maximum)
     minimum = staticmethod(np.minimum)
     ceil = staticmethod(np.ceil)
+    floor = staticmethod(np.floor)
     log2 = staticmethod(np.log2)
     exp2 = staticmethod(np.exp2)
     round = staticmethod(np.round)
@@ -38,6 +40,30 @@ class _Numpy:
     def take_table(table, idx):
         return table[np.asarray(idx, dtype=np.int64)]
 
+    @staticmethod
+    def on_rows(mask, fn, *args):
+        """fn(*args) evaluated only on the rows where ``mask`` holds; a tuple of full-length arrays,
+        0 elsewhere. Saves the work of formulas a row does not use (a DDP row needs no
+        reduce-scatter). Scalars in ``args`` pass through."""
+        mask = np.asarray(mask)
+        n = mask.shape[0]
+        idx = np.flatnonzero(mask)
+        if len(idx) == n:
+            return fn(*args)
+        shape_n = [np.ndim(a) > 0 for a in args]
+        res = fn(*(a[idx] if full else a for a, full in zip(args, shape_n))) if len(idx) else None
+        outs = []
+        for j in range(len(res) if res is not None else _n_out(fn)):
+            o = np.zeros(n)
+            if res is not None:
+                o[idx] = res[j]
+            outs.append(o)
+        return tuple(outs)
+
+
+def _n_out(fn) -> int:
+    return getattr(fn, "n_out", 2)
+
 
 class _Scalar:
     @staticmethod
@@ -48,8 +74,16 @@ class _Scalar:
     minimum = staticmethod(min)
 
     @staticmethod
+    def logical_not(x):
+        return not x
+
+    @staticmethod
     def ceil(x):
         return float(math.ceil(x))
+
+    @staticmethod
+    def floor(x):
+        return float(math.floor(x))
 
     log2 = staticmethod(math.log2)
 
@@ -81,6 +115,12 @@ class _Scalar:
     @staticmethod
     def take_table(table, idx):
         return float(table[int(idx)])
+
+    @staticmethod
+    def on_rows(mask, fn, *args):
+        if mask:
+            return fn(*args)
+        return (0.0,) * _n_out(fn)
 
 
 NUMPY = _Numpy()

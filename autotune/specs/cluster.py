@@ -27,10 +27,32 @@ class TierSpec(BaseModel):
     n_paths: int = Field(default=64, ge=1, le=1 << 16, description="equal-cost links ECMP can hash onto; "
                          "each carries uplink / n_paths")
     loss_rate: float = Field(default=0.0, ge=0, lt=0.5, description="packet loss probability")
+    link_Bps: float | None = Field(default=None, gt=0, description="rate of one equal-cost link; when set, "
+                                   "the path count follows the uplink (uplink / link_Bps), so a higher "
+                                   "oversubscription means fewer links, never slower ones")
     mtu_bytes: int = Field(default=4096, ge=256, le=65536)
+    ib_timeout: int = Field(default=20, ge=0, le=31, description="NCCL_IB_TIMEOUT: the RC transport's "
+                            "retransmission timeout is 4.096 us x 2^ib_timeout (NCCL default 20: ~4.3 s)")
+    adaptive_retransmission: bool = Field(default=True, description="the NIC adapts its timeout to the "
+                                          "measured round trip (ConnectX adaptive retransmission, on by default); "
+                                          "false: every tail loss waits the full ib_timeout")
     load_balancing: Literal["ecmp", "qp_spray", "packet_spray"] = "ecmp"
     queue_pairs: int = Field(default=4, ge=1, le=256)
     loss_recovery: Literal["gbn", "sr"] = "gbn"
+
+    def paths(self, uplink_Bps: float) -> int:
+        """Equal-cost links a flow can be hashed onto: uplink / link_Bps when the link rate is
+        known (at least 1), else the declared n_paths."""
+        if self.link_Bps is None:
+            return self.n_paths
+        return max(1, int(round(uplink_Bps / self.link_Bps)))
+
+    def rto_s(self, rtt_s: float) -> float:
+        """Retransmission timeout: 4.096 us x 2^ib_timeout (IB spec, NCCL_IB_TIMEOUT), or with
+        adaptive retransmission the smaller of that and 4 RTT + 100 us (RTO_MIN_s)."""
+        from ..costmodel.constants import RTO_MIN_s
+        configured = 4.096e-6 * 2 ** self.ib_timeout
+        return min(configured, 4 * rtt_s + RTO_MIN_s) if self.adaptive_retransmission else configured
 
     @property
     def one_way_latency_s(self) -> float:

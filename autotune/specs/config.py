@@ -21,14 +21,20 @@ TORCH_SCHEDULE_NAMES = {
 RECOMPUTE = ("none", "selective", "full")
 LOAD_BALANCING = ("ecmp", "qp_spray", "packet_spray")
 LOSS_RECOVERY = ("gbn", "sr")
-COLLECTIVES = ("ring", "tree", "hierarchical", "halving_doubling")
+COLLECTIVES = ("nccl_auto", "ring", "tree", "hierarchical")
+"""Algorithms a real library runs for data-parallel collectives: NCCL's own choice (its tuner,
+ring or tree by size), NCCL ring, NCCL tree (all-reduce; all-gather / reduce-scatter use ring),
+and hierarchical as frameworks build it (HSDP, NCCLX-style: inside, across, inside)."""
+PROTOCOLS = ("auto", "simple", "ll128", "ll")
+"""NCCL_PROTO: auto = NCCL's tuner picks per collective by size."""
 
 CATEGORICAL = {
     "placement": PLACEMENTS, "dp_flavour": DP_FLAVOURS, "pp_schedule": PP_SCHEDULES,
     "recompute": RECOMPUTE, "xb_load_balancing": LOAD_BALANCING,
-    "xb_loss_recovery": LOSS_RECOVERY, "collective": COLLECTIVES,
+    "xb_loss_recovery": LOSS_RECOVERY, "collective": COLLECTIVES, "nccl_protocol": PROTOCOLS,
 }
-INTEGER = ("tp", "cp", "ep", "pp", "dp", "pp_chunks", "micro_batch", "overlap_dp", "xb_queue_pairs")
+INTEGER = ("tp", "cp", "ep", "pp", "dp", "pp_chunks", "micro_batch", "overlap_dp", "xb_queue_pairs",
+           "nccl_channels", "nccl_buffer_mib", "dp_bucket_mib")
 FIELDS = INTEGER + tuple(CATEGORICAL)
 
 
@@ -53,7 +59,15 @@ class Config(BaseModel):
     xb_load_balancing: Literal[LOAD_BALANCING] = "ecmp"
     xb_queue_pairs: int = Field(default=1, ge=1, le=256)
     xb_loss_recovery: Literal[LOSS_RECOVERY] = "gbn"
-    collective: Literal[COLLECTIVES] = "ring"
+    collective: Literal[COLLECTIVES] = "nccl_auto"
+    nccl_protocol: Literal[PROTOCOLS] = "auto"
+    nccl_channels: int = Field(default=4, ge=1, le=64, description="channels per connection of the "
+                               "data-parallel communicators (NCCL_MIN_NCHANNELS / NCCL_MAX_NCHANNELS; MAXCHANNELS = 64)")
+    nccl_buffer_mib: int = Field(default=4, ge=1, le=1024, description="NCCL_BUFFSIZE in MiB: the Simple "
+                                 "protocol's buffer per connection and channel, its in-flight window")
+    dp_bucket_mib: int = Field(default=0, ge=0, le=1 << 20, description="gradient bucket (MiB): one "
+                               "collective per bucket; 0 = the framework default, Megatron's 40M parameters "
+                               "(80 MiB of bf16 gradients; PyTorch DDP uses 25 MB)")
 
     @property
     def n_gpus(self) -> int:

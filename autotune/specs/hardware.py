@@ -20,6 +20,10 @@ class HardwareSpec(BaseModel):
     nvlink_bandwidth_Bps: float = Field(gt=0, description="per GPU, one direction")
     nvlink_latency_s: float = Field(default=2e-6, ge=0)
     nic_bandwidth_Bps: float = Field(gt=0, description="scale-out NIC per GPU, one direction")
+    nccl_ll128: bool = Field(default=True, description="NCCL's LL128 protocol runs on this node: NVLink inside, "
+                             "SM70 or newer (tuning.cc enables it only there); false for CPU ranks (gloo)")
+    compute_capability: float = Field(default=9.0, ge=0, le=99, description="CUDA SM version; mixed versions "
+                                      "below 9.0 disable LL128 (tuning.cc)")
     source: str = ""
 
     @model_validator(mode="after")

@@ -21,5 +21,7 @@ class WorkloadSpec(BaseModel):
         "every micro-batch; forward = FSDP2 under torch.distributed.pipelining (reshard_after_forward): "
         "before every forward, once for the backward, one reduce-scatter per step; never = torchtitan "
         "under PP (reshard_after_forward=False): one all-gather and one reduce-scatter per step")
+    fsdp_unit_layers: int = Field(default=1, ge=1, le=1 << 12, description="transformer layers per FSDP "
+                                  "unit: one all-gather and one reduce-scatter per unit (FSDP2 fully_shard per block = 1)")
     flash_attention: bool = Field(default=True, description="fused attention (FlashAttention): causal "
                                   "blocks skipped, no s^2 scores stored or streamed through HBM")

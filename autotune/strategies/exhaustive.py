@@ -7,9 +7,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..costmodel.bounds import bound_params, free_network
 from ..costmodel.iteration import evaluate_batch
 from ..costmodel.params import CostParams
-from ..space import SearchSpace, config_at
+from ..space import SearchSpace, config_at, take
 
 
 @dataclass
@@ -28,16 +29,62 @@ class ExhaustiveResult:
 
 def exhaustive_search(space: SearchSpace, params: CostParams | None = None, chunk_rows: int = 1 << 18,
                       progress=None) -> ExhaustiveResult:
-    """Best feasible configuration of the whole legal space (minimum iteration time)."""
+    """Best feasible configuration of the whole legal space (minimum iteration time), exact.
+
+    Memory first: each legal core row (degrees, placement, flavour, schedule, micro-batch,
+    recomputation) is evaluated once; rows that do not fit are dropped with all their transport
+    variants (the transport never changes memory). Branch-and-bound: the rest are visited in the
+    order of a lower bound (the row on a network that costs nothing, ``costmodel.bounds``), each
+    crossed with every transport row; once the next row's bound exceeds the incumbent, no later
+    row can beat it and the search stops. Ties resolve to the first row in enumeration order, as a
+    brute-force scan does. ``progress`` receives the rows evaluated or proved out.
+    """
     t0 = time.perf_counter()
-    best_t, best_cfg, feasible = np.inf, None, 0
-    for batch in space.enumerate(chunk_rows):
-        out = evaluate_batch(space.scenario, batch, params)
-        times = np.where(out["feasible"], out["iteration_time_s"], np.inf)
-        feasible += int(np.count_nonzero(out["feasible"]))
-        i = int(np.argmin(times))
-        if times[i] < best_t:
-            best_t, best_cfg = float(times[i]), config_at(batch, i)
+    scen = space.scenario
+    core = space.legal_core
+    n_core = len(core["tp"])
+    nt = space.n_transport
+    if n_core == 0:
+        return ExhaustiveResult(None, np.inf, 0, 0, time.perf_counter() - t0)
+    fits = np.zeros(n_core, dtype=bool)
+    lb = np.empty(n_core)
+    free = free_network(scen)
+    bp = bound_params(params)
+    for s in range(0, n_core, chunk_rows):
+        c = take(core, slice(s, min(n_core, s + chunk_rows)))
+        fits[s:s + chunk_rows] = evaluate_batch(scen, c, params)["feasible"]
+        lb[s:s + chunk_rows] = evaluate_batch(free, c, bp)["iteration_time_s"]
+    if progress is not None:
+        progress(int(np.count_nonzero(~fits)) * nt)
+    cand = np.flatnonzero(fits)
+    cand = cand[np.argsort(lb[cand], kind="stable")]
+    t = space.transport_grid
+    best_t, best_key, best_cfg = np.inf, None, None
+    step = max(1, chunk_rows // nt)
+    done = 0
+    for s in range(0, len(cand), step):
+        rows = cand[s:s + step]
+        live = rows[lb[rows] <= best_t]
+        if len(live) == 0:
+            break
+        c = take(core, live)
+        k = len(live)
+        b = {f: np.repeat(v, nt) for f, v in c.items() if f not in t}
+        b.update({f: np.tile(v, k) for f, v in t.items()})
+        out = evaluate_batch(scen, b, params)
+        times = out["iteration_time_s"]
+        gidx = np.repeat(live, nt) * nt + np.tile(np.arange(nt), k)
+        m = float(times.min())
+        if m <= best_t:
+            tie = np.flatnonzero(times == m)
+            j = int(tie[np.argmin(gidx[tie])])
+            key = (m, int(gidx[j]))
+            if best_key is None or key < best_key:
+                best_t, best_key, best_cfg = m, key, config_at(b, j)
+        done += len(rows)
         if progress is not None:
-            progress(len(batch["tp"]))
-    return ExhaustiveResult(best_cfg, best_t, space.legal_count(), feasible, time.perf_counter() - t0)
+            progress(len(rows) * nt)
+    if progress is not None and done < len(cand):
+        progress((len(cand) - done) * nt)
+    return ExhaustiveResult(best_cfg, best_t, space.legal_count(), int(np.count_nonzero(fits)) * nt,
+                            time.perf_counter() - t0)

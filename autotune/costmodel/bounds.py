@@ -1,0 +1,35 @@
+"""Transport-free facts about a core configuration, used to prune exact searches.
+
+Memory never depends on the transport knobs (load balancing, queue pairs, loss recovery,
+collective, protocol, channels, buffer, bucket), so a core row that does not fit does not fit
+with any of them. And every communication term enters the iteration time through sums and
+maxima of non-negative times, so the same row on a network that costs nothing (every tier's
+bandwidth unbounded, latency and loss zero, no library software latency) is a lower bound on its
+time with any transport: an admissible bound for branch-and-bound (checked by a property test).
+"""
+from __future__ import annotations
+
+from ..specs.scenario import Scenario
+from .params import CostParams, default_params
+
+FREE_BANDWIDTH_Bps = 1e30
+
+
+def free_network(scen: Scenario) -> Scenario:
+    """The same scenario with a network that costs nothing: unbounded bandwidth, zero latency and loss."""
+    c = scen.cluster
+    gpus = tuple(b.model_copy(update={"gpu": b.gpu.model_copy(update={
+        "nvlink_bandwidth_Bps": FREE_BANDWIDTH_Bps, "nvlink_latency_s": 0.0, "nic_bandwidth_Bps": FREE_BANDWIDTH_Bps})})
+        for b in c.buildings)
+
+    def free(t):
+        return None if t is None else t.model_copy(update={"bandwidth_Bps": FREE_BANDWIDTH_Bps, "latency_s": 0.0,
+                                                            "distance_km": 0.0, "loss_rate": 0.0, "oversubscription": 1.0})
+    cl = c.model_copy(update={"buildings": gpus, "scale_out": free(c.scale_out), "cross_zone": free(c.cross_zone),
+                              "cross_building": free(c.cross_building), "cross_region": free(c.cross_region)})
+    return scen.model_copy(update={"cluster": cl})
+
+
+def bound_params(params: CostParams | None) -> CostParams:
+    """The same calibration with NCCL's software latencies at zero."""
+    return (params or default_params()).with_values(nccl_overhead_scale=0.0)
