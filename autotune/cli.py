@@ -77,7 +77,8 @@ def evaluate(config_text, simulate, as_json, **kw):
     cfg = make_config(parse_config_text(config_text), scen.n_gpus)
     SearchSpace(scen).check(cfg)
     ev = evaluate_one(scen, cfg)
-    data = ev.to_dict() | {"scenario": scen.summary()}
+    from .launch import launch_summary
+    data = ev.to_dict() | {"scenario": scen.summary(), "launch": launch_summary(cfg)}
     if simulate:
         from .costmodel.simulator import simulate as sim
         data["simulated"] = sim(scen, cfg)
@@ -86,6 +87,7 @@ def evaluate(config_text, simulate, as_json, **kw):
         click.echo(f"scenario: {d['scenario']}")
         click.echo(f"config:   {d['config']}")
         _print_evaluation(d)
+        _print_launch(d["launch"])
         if "simulated" in d:
             click.echo(f"  simulated iteration: {d['simulated']['iteration_time_s']:.4f} s")
     _emit(data, as_json, human)
@@ -124,6 +126,9 @@ def search(as_json, **kw):
         res = exhaustive_search(space, progress=bar.update)
     data = {"scenario": scen.summary(), "legal_count": res.legal_count, "feasible_count": res.feasible_count,
             "elapsed_s": res.elapsed_s, "best": evaluate_one(scen, res.best_config).to_dict() if res.best_config else None}
+    if res.best_config is not None:
+        from .launch import launch_summary
+        data["best"]["launch"] = launch_summary(res.best_config)
 
     def human(d):
         click.echo(f"scenario: {d['scenario']}")
@@ -135,7 +140,14 @@ def search(as_json, **kw):
             return
         click.echo(f"best: {b['config']}")
         _print_evaluation(b)
+        _print_launch(b["launch"])
     _emit(data, as_json, human)
+
+
+def _print_launch(launch: dict) -> None:
+    click.echo("  launch: " + " ".join(f"{k}={v}" for k, v in launch["nccl_env"].items()))
+    for n in launch["notes"]:
+        click.echo(f"          {n}")
 
 
 def _study_options(f):
