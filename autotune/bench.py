@@ -33,4 +33,5 @@ def run_bench(rows: int = 1 << 18, scalar_samples: int = 2000, repeats: int = 3,
             "batch_configs_per_s": rows / best, "scalar_eval_us": scalar_us,
             "space_size": space.legal_count(), "raw_space_size": space.raw_size(),
             "exhaustive_s": ex.elapsed_s, "exhaustive_best_iteration_time_s": ex.best_iteration_time_s,
-            "exhaustive_feasible": ex.feasible_count}
+            "exhaustive_feasible": ex.feasible_count,
+            "exact_search_effective_configs_per_s": space.legal_count() / ex.elapsed_s}

@@ -2,10 +2,15 @@
 
 Memory never depends on the transport knobs (load balancing, queue pairs, loss recovery,
 collective, protocol, channels, buffer, bucket), so a core row that does not fit does not fit
-with any of them. And every communication term enters the iteration time through sums and
-maxima of non-negative times, so the same row on a network that costs nothing (every tier's
-bandwidth unbounded, latency and loss zero, no library software latency) is a lower bound on its
-time with any transport: an admissible bound for branch-and-bound (checked by a property test).
+with any of them. Every communication term enters the iteration time through sums and maxima of
+non-negative times, so dropping the terms the transport knobs touch gives a lower bound on the
+row's time with any transport (admissible for branch-and-bound; checked by a property test):
+- the cross-building tier costs nothing but its NIC rate (``transport_free``): every transport
+  reaches at most the NIC there, and no latency or loss;
+- data-parallel collectives cost nothing (``bound_params``: ``dp_collective_scale`` = 0), nor
+  does NCCL's software latency;
+- what no transport knob touches stays: tensor parallelism on NVLink, in-building pipeline,
+  context- and expert-parallel exchanges, compute, bubble, optimizer.
 """
 from __future__ import annotations
 
@@ -30,6 +35,15 @@ def free_network(scen: Scenario) -> Scenario:
     return scen.model_copy(update={"cluster": cl})
 
 
+def transport_free(scen: Scenario) -> Scenario:
+    """The same scenario with the tier between buildings unbounded, without latency or loss."""
+    c = scen.cluster
+    upd = {k: getattr(c, k).model_copy(update={"bandwidth_Bps": FREE_BANDWIDTH_Bps, "latency_s": 0.0,
+                                                 "distance_km": 0.0, "loss_rate": 0.0, "oversubscription": 1.0})
+           for k in ("cross_building", "cross_region") if getattr(c, k) is not None}
+    return scen.model_copy(update={"cluster": c.model_copy(update=upd)}) if upd else scen
+
+
 def bound_params(params: CostParams | None) -> CostParams:
-    """The same calibration with NCCL's software latencies at zero."""
-    return (params or default_params()).with_values(nccl_overhead_scale=0.0)
+    """The same calibration with data-parallel collectives and NCCL's software latencies at zero."""
+    return (params or default_params()).with_values(nccl_overhead_scale=0.0, dp_collective_scale=0.0)

@@ -29,6 +29,9 @@ class CostParams:
     nccl_overhead_scale: float = 1.0
     """Multiplies NCCL's software latencies (per-call base latency and per-step overhead, from its
     own tuning.cc tables, ``nccl.py``); 0 models a library with no software cost."""
+    dp_collective_scale: float = 1.0
+    """Multiplies every data-parallel collective's time; 0 drops them (the transport-free lower
+    bound of ``costmodel.bounds``, never a calibration)."""
 
     @classmethod
     def names(cls) -> list[str]:

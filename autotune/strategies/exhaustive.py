@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..costmodel.bounds import bound_params, free_network
+from ..costmodel.bounds import bound_params, transport_free
 from ..costmodel.iteration import evaluate_batch
 from ..costmodel.params import CostParams
 from ..space import SearchSpace, config_at, take
@@ -34,7 +34,7 @@ def exhaustive_search(space: SearchSpace, params: CostParams | None = None, chun
     Memory first: each legal core row (degrees, placement, flavour, schedule, micro-batch,
     recomputation) is evaluated once; rows that do not fit are dropped with all their transport
     variants (the transport never changes memory). Branch-and-bound: the rest are visited in the
-    order of a lower bound (the row on a network that costs nothing, ``costmodel.bounds``), each
+    order of a lower bound (the row with every transport-dependent term at zero, ``costmodel.bounds``), each
     crossed with every transport row; once the next row's bound exceeds the incumbent, no later
     row can beat it and the search stops. Ties resolve to the first row in enumeration order, as a
     brute-force scan does. ``progress`` receives the rows evaluated or proved out.
@@ -48,7 +48,7 @@ def exhaustive_search(space: SearchSpace, params: CostParams | None = None, chun
         return ExhaustiveResult(None, np.inf, 0, 0, time.perf_counter() - t0)
     fits = np.zeros(n_core, dtype=bool)
     lb = np.empty(n_core)
-    free = free_network(scen)
+    free = transport_free(scen)
     bp = bound_params(params)
     for s in range(0, n_core, chunk_rows):
         c = take(core, slice(s, min(n_core, s + chunk_rows)))
