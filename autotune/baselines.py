@@ -117,11 +117,10 @@ def production_candidates(scenario: Scenario, space: SearchSpace):
                     ep = max(eps) if m.is_moe else 1
                     scheds = [("1f1b", 1)]
                     if pp > 1:
-                        v = r.chunks
-                        while v > 1 and pp * v > m.n_layers:
-                            v -= 1
-                        if v > 1:
-                            scheds.insert(0, ("interleaved_1f1b", v))
+                        # the recipe's interleaving, or the nearest the space offers below it
+                        vs = [c for c in space.chunks if c <= r.chunks and pp * c <= m.n_layers]
+                        if r.chunks > 1 and vs:
+                            scheds.insert(0, ("interleaved_1f1b", max(vs)))
                     for sched, v in scheds:
                         yield Config(tp=tp, cp=cp, ep=ep, pp=pp, dp=dp, placement="dp_out",
                                      dp_flavour="zero1" if dp * cp > 1 else "ddp", pp_schedule=sched, pp_chunks=v,

@@ -68,7 +68,12 @@ def test_simulator_sees_cross_building_latency():
                  recompute="selective")
     a, b = simulate(near, cfg), simulate(far, cfg)
     assert b["pipeline_s"] > a["pipeline_s"]
-    assert b["iteration_time_s"] == pytest.approx(b["closed_form_iteration_time_s"], rel=0.05)
+    # At 4,000 km each stage-boundary send/recv is window bound (4 channels x 1 MiB per 40 ms round
+    # trip: ~190 ms for a 16.8 MB activation), far longer than a stage's compute. The closed form's
+    # 1F1B cycle then sits 14% under the event simulation (it was within 5% when the transfer was
+    # charged at line rate); the near case stays within 5%.
+    assert a["iteration_time_s"] == pytest.approx(a["closed_form_iteration_time_s"], rel=0.05)
+    assert b["iteration_time_s"] == pytest.approx(b["closed_form_iteration_time_s"], rel=0.2)
 
 
 @pytest.mark.parametrize("gpus,sched,chunks,mb", [(2, "1f1b", 1, 1), (2, "1f1b", 1, 2), (2, "1f1b", 1, 4),

@@ -189,12 +189,13 @@ def nccl_choice(kind, size_bytes, n, bw, allow_ll128=True, xp=NUMPY):
 
 
 def collective(kind, algo, proto, size_bytes, n_in, n_x, bw_in, a_in, bw_x_ring, bw_x_all, a_x,
-               channels, buffer_bytes, allow_ll128=True, xp=NUMPY, ovh_scale=1.0):
+               channels, buffer_bytes, allow_ll128=True, xp=NUMPY, ovh_scale=1.0, a_x_all=None):
     """(seconds, bytes per member that cross a building boundary) for one all-reduce (KIND_AR) or
     all-gather / reduce-scatter (KIND_AG) of ``size_bytes`` per member, by algorithm code and
     protocol code (PROTO_AUTO: what NCCL's tuner picks for the algorithm that runs).
     bw_x_ring: a member's crossing rate when one connection per group crosses (ring, tree);
-    bw_x_all: when every member crosses at once (hierarchical's middle phase).
+    bw_x_all: when every member crosses at once (hierarchical's middle phase); a_x, a_x_all: the
+    crossing's one-way latency for each pattern (stretched by loss-recovery stalls).
 
     Cross-building bytes: a ring's n_x crossing connections each carry k/n of S: k/n S / n_in per
     member; a tree has n_x - 1 crossing edges per tree carrying S/2 up and S/2 down, two trees:
@@ -225,14 +226,16 @@ def collective(kind, algo, proto, size_bytes, n_in, n_x, bw_in, a_in, bw_x_ring,
     a_x = a_x + 0.0 * n_in                          # per-row arrays, so every argument can be subset
     common = (a_in, None, a_x, p_run, channels, buffer_bytes)
 
-    def args(bwx):
-        return (size_bytes, n_in, n_x, bw_in, common[0], bwx, *common[2:])
+    a_all = a_x if a_x_all is None else a_x_all + 0.0 * n_in
+
+    def args(bwx, ax_):
+        return (size_bytes, n_in, n_x, bw_in, common[0], bwx, ax_, *common[3:])
     plain = (xp.logical_not(is_hier) & xp.logical_not(use_tree)) if is_ar else xp.logical_not(is_hier)
-    t, x = xp.on_rows(plain, ring, *args(bw_x_ring))
-    t_h, x_h = xp.on_rows(is_hier, hier, *args(bw_x_all))
+    t, x = xp.on_rows(plain, ring, *args(bw_x_ring, a_x))
+    t_h, x_h = xp.on_rows(is_hier, hier, *args(bw_x_all, a_all))
     t, x = t + t_h, x + x_h
     if is_ar:
-        t_t, x_t = xp.on_rows(use_tree, tree, *args(bw_x_ring))
+        t_t, x_t = xp.on_rows(use_tree, tree, *args(bw_x_ring, a_x))
         t, x = t + t_t, x + x_t
     return t, x
 

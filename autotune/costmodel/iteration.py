@@ -15,7 +15,7 @@ from ..specs.scenario import Scenario
 from . import constants as C
 from . import nccl as N
 from .collectives import KIND_AG, KIND_AR, all_to_all_time, collective, p2p_time
-from .network import effective_bandwidth_Bps
+from .network import effective_bandwidth_Bps, recovery_stall
 from .params import CostParams, default_params
 from .pipeline import (S_1F1B, S_DUALPIPEV, S_GPIPE, S_INTERLEAVED, S_ZBV, bubble_time, chain_hops,
                        in_flight_microbatches)
@@ -93,11 +93,19 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
     def xb_bw(flows, channels, cap):
         return effective_bandwidth_Bps(lb, qp, lr, flows, k.x_uplink_Bps, k.nic_Bps, k.x_paths,
                                        k.x_rtt_s, k.x_loss, k.x_mtu, k.net_eff, channels, cap, k.x_rto_s, xp)
+    def xb_stall(flows, channels, cap):
+        """Round-trip stretch of a window-bound crossing connection under loss (``flows`` kept
+        for symmetry with xb_bw: the stall does not depend on how many share the link)."""
+        if k.x_loss <= 0.0 or k.x_rtt_s <= 0.0:
+            return 1.0
+        return recovery_stall(lb, qp, lr, k.x_rtt_s, k.x_loss, k.x_mtu, channels, cap, k.x_rto_s, xp)
     ch_p2p = float(N.p2p_channels(k.nic_Bps))
     p2p_window = ch_p2p * N.NCCL_STEPS * N.P2P_NET_CHUNK_BYTES
     bw_x_all = xb_bw(xp.full_like(tp, k.G_b), ch, ch * buf)   # every GPU of the building crosses at once
     bw_x_p2p = xb_bw(xp.full_like(tp, k.G_b), ch_p2p, p2p_window)
-    bw_x_p2p = xp.minimum(bw_x_p2p, p2p_window / k.x_rtt_s) if k.x_rtt_s > 0 else bw_x_p2p  # NCCL_STEPS chunks per RTT
+    # NCCL_STEPS chunks per round trip, each round trip stretched by loss recovery
+    stall_x_p2p = xb_stall(xp.full_like(tp, k.G_b), ch_p2p, p2p_window)
+    bw_x_p2p = xp.minimum(bw_x_p2p, p2p_window / (k.x_rtt_s * stall_x_p2p)) if k.x_rtt_s > 0 else bw_x_p2p
 
     # ---- compute per micro-batch on the bottleneck rank ----
     Ls = xp.ceil(k.L / (pp * v)) * v                 # layers on the busiest rank (uneven split)
@@ -178,6 +186,7 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
     bw_d_in, a_d_in = tier_of_span(k, tp * n_in_d, xp)
     bw_d_ring = xb_bw(k.G_b / n_in_d, ch, ch * buf)
     ax = k.x_alpha_s
+    ax_all = ax * xb_stall(xp.full_like(tp, k.G_b), ch, ch * buf)
     g_d, g_e = P_dense * k.wire_bytes, P_exp * k.wire_bytes
     # parameters are gathered and gradients reduced in the wire precision: same bytes (asserted in tests)
     # Collectives per step: DDP / ZeRO-1 reduce per gradient bucket (dp_bucket_mib); FSDP / HSDP
@@ -187,7 +196,7 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
     units = xp.ceil(Ls / k.fsdp_unit_layers)
     one = xp.full_like(tp, 1.0)
 
-    def dp_group(g, n_in, n_x, bw_in, a_in, bw_ring):
+    def dp_group(g, n_in, n_x, bw_in, a_in, bw_ring, ax_ring):
         """(time, cross-building bytes) per step of the collectives each DP flavour runs, each
         evaluated only on the rows of that flavour: DDP all-reduce; ZeRO-1 and FSDP
         reduce-scatter (all-gathers cost the same); HSDP reduce-scatter inside and all-reduce of
@@ -196,9 +205,9 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
         calls = xp.where(is_fsdp | is_hsdp, units, nb)
         c = g / calls
 
-        def run(kind, cl, size, ni, nx, bwi, ai, bwr, bwxa, al, pr, chn, bf):
-            t, x = collective(kind, al, pr, size, ni, nx, bwi, ai, bwr, bwxa, ax, chn, bf, k.ll128, xp,
-                              p.nccl_overhead_scale)
+        def run(kind, cl, size, ni, nx, bwi, ai, bwr, bwxa, al, pr, chn, bf, axr, axa):
+            t, x = collective(kind, al, pr, size, ni, nx, bwi, ai, bwr, bwxa, axr, chn, bf, k.ll128, xp,
+                              p.nccl_overhead_scale, axa)
             return cl * t, cl * x
 
         def ddp(cl, *a):
@@ -207,24 +216,25 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
         def shard(cl, *a):
             return run(KIND_AG, cl, *a)
 
-        def hsdp(cl, size, ni, nx, bwi, ai, bwr, bwxa, al, pr, chn, bf):
+        def hsdp(cl, size, ni, nx, bwi, ai, bwr, bwxa, al, pr, chn, bf, axr, axa):
             one_ = xp.full_like(ni, 1.0)
-            t_in, _ = run(KIND_AG, cl, size, ni, one_, bwi, ai, bwr, bwxa, al, pr, chn, bf)
-            t_x, x_x = run(KIND_AR, cl, size / ni, one_, nx, bwi, ai, bwxa, bwxa, al, pr, chn, bf)
+            t_in, _ = run(KIND_AG, cl, size, ni, one_, bwi, ai, bwr, bwxa, al, pr, chn, bf, axr, axa)
+            t_x, x_x = run(KIND_AR, cl, size / ni, one_, nx, bwi, ai, bwxa, bwxa, al, pr, chn, bf, axa, axa)
             return t_in, t_x, x_x
         hsdp.n_out = 3
         a = (calls, c, n_in + 0.0 * c, n_x + 0.0 * c, bw_in + 0.0 * c, a_in + 0.0 * c, bw_ring + 0.0 * c,
-             bw_x_all, coll, proto, ch, buf)
+             bw_x_all, coll, proto, ch, buf, ax_ring + 0.0 * c, ax_all + 0.0 * c)
         ar_, xar_ = xp.on_rows(fl == F_DDP, ddp, *a)
         rs_, xrs_ = xp.on_rows((fl == F_ZERO1) | is_fsdp, shard, *a)
         rs_in_, hs_x_, hxs_ = xp.on_rows(is_hsdp, hsdp, *a)
         return ar_, xar_, rs_, xrs_, rs_in_, hs_x_, hxs_, calls
 
-    ar, xar, rs, xrs, rs_in, hs_x, hxs, calls_d = dp_group(g_d, n_in_d, b_dp, bw_d_in, a_d_in, bw_d_ring)
+    ar, xar, rs, xrs, rs_in, hs_x, hxs, calls_d = dp_group(g_d, n_in_d, b_dp, bw_d_in, a_d_in, bw_d_ring,
+                                                           ax * xb_stall(k.G_b / n_in_d, ch, ch * buf))
     if k.experts:
         bw_e_in, a_e_in = tier_of_span(k, tp * ep * n_in_e, xp)
         bw_e_ring = xb_bw(k.G_b / n_in_e, ch, ch * buf)
-        e_terms = dp_group(g_e, n_in_e, x_exp, bw_e_in, a_e_in, bw_e_ring)
+        e_terms = dp_group(g_e, n_in_e, x_exp, bw_e_in, a_e_in, bw_e_ring, ax * xb_stall(k.G_b / n_in_e, ch, ch * buf))
         ar, xar, rs, xrs, rs_in, hs_x, hxs = (u + v for u, v in zip((ar, xar, rs, xrs, rs_in, hs_x, hxs), e_terms[:7]))
     if p.dp_collective_scale != 1.0:
         ar, rs, rs_in, hs_x = (x * p.dp_collective_scale for x in (ar, rs, rs_in, hs_x))
@@ -260,8 +270,9 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
     bw_pp_x = xb_bw(xp.maximum(stage_gpus, 1.0), ch_p2p, p2p_window)
     t_p2p_in = s_pp / bw_pp_in + a_pp_in
     # across buildings: NCCL send/recv, 128 KiB chunks, NCCL_STEPS in flight per channel
-    t_p2p_x = p2p_time(s_pp, bw_pp_x, ax, ch_p2p, xp, p.nccl_overhead_scale)
-    bw_pp_x_eff = xp.minimum(bw_pp_x, p2p_window / (2.0 * ax)) if k.x_rtt_s > 0 else bw_pp_x
+    ax_pp = ax * xb_stall(xp.maximum(stage_gpus, 1.0), ch_p2p, p2p_window)
+    t_p2p_x = p2p_time(s_pp, bw_pp_x, ax_pp, ch_p2p, xp, p.nccl_overhead_scale)
+    bw_pp_x_eff = xp.minimum(bw_pp_x, p2p_window / (2.0 * ax_pp)) if k.x_rtt_s > 0 else bw_pp_x
     hops, xhops = chain_hops(sc, pp, v, b_pp, xp)
     has_pp = pp > 1
     D_chain = xp.where(has_pp, (hops - xhops) * t_p2p_in + xhops * t_p2p_x, 0.0)

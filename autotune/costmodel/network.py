@@ -109,6 +109,18 @@ def loss_efficiency(loss_recovery, lb, rate_Bps, rtt_s: float, loss_rate: float,
     return xp.where(loss_recovery == LR_SR, eff_sr, eff_gbn)
 
 
+def recovery_stall(lb, queue_pairs, loss_recovery, rtt_s: float, loss_rate: float, mtu_bytes: int,
+                   channels, in_flight_bytes, rto_s: float | None = None, xp=NUMPY):
+    """How much longer a window-bound connection's round trip gets under loss: 1 / loss efficiency
+    at the window-bound rate (in_flight_bytes per RTT). A go-back-N loss stalls the queue pair's
+    window while it is resent, so a flow that the NCCL window (not the link) limits pays the same
+    factor on its credit cycle; selective repeat stalls only for tail losses. Independent of the
+    link's rate (so a faster link is never slower)."""
+    q = queue_pairs * channels
+    rate = in_flight_bytes / max(rtt_s, 1e-12)
+    return 1.0 / loss_efficiency(loss_recovery, lb, rate, rtt_s, loss_rate, mtu_bytes, q, in_flight_bytes, rto_s, xp)
+
+
 def effective_bandwidth_Bps(lb, queue_pairs, loss_recovery, flows, uplink_Bps, nic_Bps,
                             n_paths: int, rtt_s: float, loss_rate: float, mtu_bytes: int,
                             network_efficiency: float, channels=1.0, in_flight_cap_bytes=None,
