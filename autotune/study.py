@@ -20,12 +20,13 @@ import time
 from pathlib import Path
 
 import optuna
+import pydantic
 import sqlalchemy.exc
 import yaml
 
 from .backends import Measurement, get_backend
 from .encoding import FlatEncoding
-from .errors import ServiceUnavailable, UserInputError
+from .errors import ServiceUnavailable, UserInputError, from_pydantic
 from .space import SearchSpace
 from .specs import Config, Scenario
 from .strategies.base import Observation
@@ -624,4 +625,8 @@ def load_study_scenario(storage: str, study_name: str) -> tuple[Scenario, dict]:
     except KeyError:
         raise UserInputError("--study-name", study_name, "the name of an existing study in that storage") from None
     attrs = study.user_attrs
-    return Scenario.model_validate_json(attrs["scenario_json"]), attrs
+    try:
+        return Scenario.model_validate_json(attrs["scenario_json"]), attrs
+    except pydantic.ValidationError as e:      # a stored scenario that no longer validates (or was tampered with)
+        err = from_pydantic(e, prefix="scenario")
+        raise UserInputError(f"--study-name {study_name} (its stored {err.field})", err.value, err.allowed) from None

@@ -1,9 +1,15 @@
 """Model spec: the transformer's shape. Pure data plus derived parameter counts."""
 from __future__ import annotations
 
+import string
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+NAME_CHARS = frozenset(string.ascii_letters + string.digits + " ._+-/:,=@()")
+"""Characters of a model name. The name reaches command lines (the ``command`` backend's
+``{model}``), so it has nothing a shell would expand or that could end a quoted string."""
+NAME_MAX = 200
 
 
 class ModelSpec(BaseModel):
@@ -32,6 +38,16 @@ class ModelSpec(BaseModel):
     first_k_dense: int = Field(default=0, ge=0)
     default_global_batch_tokens: int = Field(default=1 << 22, gt=0)
     source: str = ""
+
+    @field_validator("name")
+    @classmethod
+    def _safe_name(cls, v: str) -> str:
+        bad = sorted({c for c in v if c not in NAME_CHARS})
+        if not v or len(v) > NAME_MAX or bad or not v[0].isalnum():
+            raise ValueError(f"a name of at most {NAME_MAX} characters, starting with a letter or digit, made of "
+                             "letters, digits, spaces and . _ + - / : , = @ ( )"
+                             + (f" (not {''.join(bad)!r})" if bad else ""))
+        return v
 
     @model_validator(mode="after")
     def _check(self) -> "ModelSpec":
