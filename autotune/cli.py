@@ -289,26 +289,86 @@ def compare(strategies, budget, seeds, out_dir, seed_baselines, tracking_uri, no
 @click.option("--runs", default=None, help="CSV with the columns of published_runs.csv (default: shipped copy)")
 @click.option("--fit", is_flag=True, help="refit the efficiency parameters on these runs first")
 @click.option("--write", "write_path", default=None, help="with --fit: write the parameters to this YAML")
+@click.option("--loso", is_flag=True, help="leave-one-source-family-out: for each source family, fit on the other "
+              "families' rows and score the held-out family's rows (each row scored once, by a fit that never saw it)")
+@click.option("--jobs", type=int, default=0, help="with --loso: fits run in this many processes (0 = one per CPU)")
 @click.option("--json", "as_json", is_flag=True)
-def validate(runs, fit, write_path, as_json):
-    """Error of the cost model on measured runs, row by row."""
-    from .validation import fit_params, validate as run_validation, write_params
-    params = None
-    if fit:
-        params, report = fit_params(runs)
-        if write_path:
-            write_params(params, write_path, report)
-    data = run_validation(runs, params)
+def validate(runs, fit, write_path, loso, jobs, as_json):
+    """Error of the cost model on measured runs, row by row (in-sample, or held out by source family)."""
+    from .validation import default_jobs, fit_params, loso as run_loso, one_line, write_params
+    from .validation import validate as run_validation
+    if jobs < 0:
+        raise UserInputError("--jobs", jobs, "0 (one per CPU) or a positive number of processes")
+    if loso:
+        if fit or write_path:
+            raise UserInputError("--fit" if fit else "--write", write_path if write_path else True,
+                                 "not with --loso (it fits once per held-out family; use --fit --write alone "
+                                 "to write a calibration)")
+        data = run_loso(runs, jobs=jobs or default_jobs(), progress=not as_json and sys.stderr.isatty())
+    else:
+        params = None
+        if fit:
+            params, report = fit_params(runs)
+            if write_path:
+                write_params(params, write_path, report)
+        data = run_validation(runs, params)
+
+    def pct(v):
+        return "   -" if v is None else f"{v:5.1f}%"
+
+    def rho(v):
+        return "  n/a" if v is None else f"{v:+.2f}"
+
+    def ranks(d, label, compare_label=None):
+        rc = d["rank_correlation"]
+        click.echo(f"rank correlation ({label}): Spearman rho of predicted vs measured, per configuration group "
+                   "(one source family, same model architecture, GPU and metric, >= 3 rows, >= 2 layouts)")
+        head = f"  {'family':<28} {'model':<18} {'gpu':<10} {'n':>3} {'meas. spread':>12} {'rho':>6}"
+        click.echo(head + (f" {compare_label:>10}" if compare_label else "") + "  varies")
+        for g in rc["groups"]:
+            line = (f"  {g['family'][:28]:<28} {g['model'][:18]:<18} {g['gpu'][:10]:<10} {g['n']:>3} "
+                    f"{g['measured_spread_pct']:>11.1f}% {rho(g['spearman']):>6}")
+            if compare_label:
+                line += f" {rho(g.get('spearman_compare')):>10}"
+            click.echo(line + "  " + ",".join(g["varies"]))
+        click.echo(f"  min rho {rho(rc['min_spearman'])} over {rc['n_groups']} groups"
+                   + (f" ({rc['n_undefined']} undefined: constant values)" if rc["n_undefined"] else "")
+                   + (f"; mean {rho(rc['mean_spearman'])}" if rc["mean_spearman"] is not None else ""))
+
+    def skipped_and_ignored(d):
+        for s in d["skipped"]:
+            click.echo(f"{s['row']:4d} SKIPPED {s['model_name'][:34]}: row {s['row']} (line {s['line']}): "
+                       f"{s['reason']}")
+        if d["ignored_columns"]:
+            click.echo("ignored columns (not columns of published_runs.csv): " + ", ".join(d["ignored_columns"]))
 
     def human(d):
         for r in d["rows"]:
-            click.echo(f"{r['row']:4d} {r['model_name'][:34]:<34} {r['measured_metric']:<22} "
+            click.echo(f"{r['row']:4d} {one_line(r['model_name'], 34):<34} {r['measured_metric']:<22} "
                        f"measured {r['measured']:>10.2f}  predicted {r['predicted']:>10.2f}  APE {r['ape']:5.1f}%")
-        for s in d["skipped"]:
-            click.echo(f"{s['row']:4d} SKIPPED {s['model_name'][:34]}: {s['reason']}")
+        skipped_and_ignored(d)
         click.echo(f"n={d['n']} scored, {len(d['skipped'])} skipped; median APE {d['median_ape']:.2f}%, "
                    f"90th percentile {d['p90_ape']:.2f}%")
-    _emit(data, as_json, human)
+        ranks(d, "in-sample")
+
+    def human_loso(d):
+        skipped_and_ignored(d)
+        click.echo(f"leave-one-source-family-out: {d['n_families']} families, {d['n']} rows scored "
+                   f"({len(d['skipped'])} skipped); each row predicted by the fit on the other families")
+        click.echo(f"  {'held-out family':<44} {'rows':>4} {'fit rows':>8} {'median':>7} {'p90':>7} "
+                   f"{'in-sample':>10} {'shipped':>8}")
+        for f in d["families"]:
+            click.echo(f"  {f['family'][:44]:<44} {f['rows']:>4} {f['fit_rows']:>8} {pct(f['median_ape']):>7} "
+                       f"{pct(f['p90_ape']):>7} {pct(f['in_sample_median_ape']):>10} {pct(f['shipped_median_ape']):>8}")
+        i, s = d["in_sample"], d["shipped"]
+        click.echo(f"  {'all rows, held out (each row once)':<44} {d['n']:>4} {'':>8} {pct(d['median_ape']):>7} "
+                   f"{pct(d['p90_ape']):>7} {pct(i['median_ape']):>10} {pct(s['median_ape']):>8}")
+        click.echo(f"  in-sample (the same fit on all rows): median {i['median_ape']:.2f}%, p90 {i['p90_ape']:.2f}%; "
+                   f"shipped calibration: median {s['median_ape']:.2f}%, p90 {s['p90_ape']:.2f}%")
+        click.echo(f"  held out: median {d['median_ape']:.2f}%, p90 {d['p90_ape']:.2f}%  "
+                   f"({d['seconds']:.0f} s, {d['jobs']} process(es))")
+        ranks(d, "held out", "in-sample")
+    _emit(data, as_json, human_loso if loso else human)
 
 
 @cli.command()
