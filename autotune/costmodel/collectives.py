@@ -205,7 +205,14 @@ def collective(kind, algo, proto, size_bytes, n_in, n_x, bw_in, a_in, bw_x_ring,
     is_ar = kind == KIND_AR
     is_hier = (algo == COLL_HIER) & spans
     bw_sel = xp.where(spans, xp.minimum(bw_in, bw_x_ring), bw_in)
-    auto_tree, auto_p, ring_p = nccl_choice(kind, size_bytes, n, bw_sel, allow_ll128, xp)
+
+    def choose(size, nn, bw):
+        use_t, p_t, p_r = nccl_choice(kind, size, nn, bw, allow_ll128, xp)
+        return xp.where(use_t, 1.0, 0.0), p_t, p_r
+    choose.n_out = 3
+    # NCCL's tuner runs only where something is left to it (protocol auto or collective nccl_auto)
+    auto_tree, auto_p, ring_p = xp.on_rows((proto == 0) | (algo == COLL_AUTO), choose, size_bytes, n, bw_sel)
+    auto_tree = auto_tree > 0.5
     use_tree = (xp.where(algo == COLL_AUTO, auto_tree, algo == COLL_TREE) & xp.logical_not(is_hier)) if is_ar else False
     p_run = xp.where(proto > 0, proto, xp.where(use_tree, auto_p, ring_p))
 
