@@ -93,9 +93,9 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
     def xb_bw(flows, channels, cap):
         return effective_bandwidth_Bps(lb, qp, lr, flows, k.x_uplink_Bps, k.nic_Bps, k.x_paths,
                                        k.x_rtt_s, k.x_loss, k.x_mtu, k.net_eff, channels, cap, k.x_rto_s, xp)
-    def xb_stall(flows, channels, cap):
-        """Round-trip stretch of a window-bound crossing connection under loss (``flows`` kept
-        for symmetry with xb_bw: the stall does not depend on how many share the link)."""
+    def xb_stall(channels, cap):
+        """Round-trip stretch of a window-bound crossing connection under loss (it does not
+        depend on how many connections share the link)."""
         if k.x_loss <= 0.0 or k.x_rtt_s <= 0.0:
             return 1.0
         return recovery_stall(lb, qp, lr, k.x_rtt_s, k.x_loss, k.x_mtu, channels, cap, k.x_rto_s, xp)
@@ -104,7 +104,8 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
     bw_x_all = xb_bw(xp.full_like(tp, k.G_b), ch, ch * buf)   # every GPU of the building crosses at once
     bw_x_p2p = xb_bw(xp.full_like(tp, k.G_b), ch_p2p, p2p_window)
     # NCCL_STEPS chunks per round trip, each round trip stretched by loss recovery
-    stall_x_p2p = xb_stall(xp.full_like(tp, k.G_b), ch_p2p, p2p_window)
+    stall_x_p2p = xb_stall(ch_p2p, p2p_window)
+    stall_coll = xb_stall(ch, ch * buf)
     bw_x_p2p = xp.minimum(bw_x_p2p, p2p_window / (k.x_rtt_s * stall_x_p2p)) if k.x_rtt_s > 0 else bw_x_p2p
 
     # ---- compute per micro-batch on the bottleneck rank ----
@@ -186,7 +187,7 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
     bw_d_in, a_d_in = tier_of_span(k, tp * n_in_d, xp)
     bw_d_ring = xb_bw(k.G_b / n_in_d, ch, ch * buf)
     ax = k.x_alpha_s
-    ax_all = ax * xb_stall(xp.full_like(tp, k.G_b), ch, ch * buf)
+    ax_all = ax * stall_coll
     g_d, g_e = P_dense * k.wire_bytes, P_exp * k.wire_bytes
     # parameters are gathered and gradients reduced in the wire precision: same bytes (asserted in tests)
     # Collectives per step: DDP / ZeRO-1 reduce per gradient bucket (dp_bucket_mib); FSDP / HSDP
@@ -230,11 +231,11 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
         return ar_, xar_, rs_, xrs_, rs_in_, hs_x_, hxs_, calls
 
     ar, xar, rs, xrs, rs_in, hs_x, hxs, calls_d = dp_group(g_d, n_in_d, b_dp, bw_d_in, a_d_in, bw_d_ring,
-                                                           ax * xb_stall(k.G_b / n_in_d, ch, ch * buf))
+                                                           ax_all)
     if k.experts:
         bw_e_in, a_e_in = tier_of_span(k, tp * ep * n_in_e, xp)
         bw_e_ring = xb_bw(k.G_b / n_in_e, ch, ch * buf)
-        e_terms = dp_group(g_e, n_in_e, x_exp, bw_e_in, a_e_in, bw_e_ring, ax * xb_stall(k.G_b / n_in_e, ch, ch * buf))
+        e_terms = dp_group(g_e, n_in_e, x_exp, bw_e_in, a_e_in, bw_e_ring, ax_all)
         ar, xar, rs, xrs, rs_in, hs_x, hxs = (u + v for u, v in zip((ar, xar, rs, xrs, rs_in, hs_x, hxs), e_terms[:7]))
     if p.dp_collective_scale != 1.0:
         ar, rs, rs_in, hs_x = (x * p.dp_collective_scale for x in (ar, rs, rs_in, hs_x))
@@ -270,7 +271,7 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
     bw_pp_x = xb_bw(xp.maximum(stage_gpus, 1.0), ch_p2p, p2p_window)
     t_p2p_in = s_pp / bw_pp_in + a_pp_in
     # across buildings: NCCL send/recv, 128 KiB chunks, NCCL_STEPS in flight per channel
-    ax_pp = ax * xb_stall(xp.maximum(stage_gpus, 1.0), ch_p2p, p2p_window)
+    ax_pp = ax * stall_x_p2p
     t_p2p_x = p2p_time(s_pp, bw_pp_x, ax_pp, ch_p2p, xp, p.nccl_overhead_scale)
     bw_pp_x_eff = xp.minimum(bw_pp_x, p2p_window / (2.0 * ax_pp)) if k.x_rtt_s > 0 else bw_pp_x
     hops, xhops = chain_hops(sc, pp, v, b_pp, xp)

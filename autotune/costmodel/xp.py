@@ -26,7 +26,12 @@ class _Numpy:
 
     @staticmethod
     def select(conds, choices, default=0.0):
-        return np.select(conds, choices, default)
+        """np.select's result by nested np.where: the same values, faster for the handful of
+        conditions the cost model uses."""
+        out = default
+        for c, v in zip(reversed(conds), reversed(choices)):
+            out = np.where(c, v, out)
+        return out
 
     @staticmethod
     def full_like(x, value):
