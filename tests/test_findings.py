@@ -56,8 +56,9 @@ def test_a_large_dense_models_are_a_near_tie_between_placements(model):
 
 
 # (b) -------------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_b_moe_prefers_pp_out_once_cross_building_bandwidth_is_scarce():
-    """MoE (Mixtral, 8 experts, in the default run; Maverick's 128 in the slow one): DP-out wins
+    """MoE (Mixtral, 8 experts; Maverick's 128 in the next test): DP-out wins
     or ties at 1:1; PP-out wins once the link is 16:1 oversubscribed, and its lead grows."""
     dp1, pp1 = placement_times("mixtral-8x7b", oversubscription=1)
     dp16, pp16 = placement_times("mixtral-8x7b", oversubscription=16)
