@@ -1,6 +1,6 @@
 """Strategy comparison the way the architecture-search literature learned to do it: equal
 budgets, several seeds, best-so-far curves, every strategy judged against the exhaustive optimum
-of the same space (SEARCH.md)."""
+of the same space (docs/search.md)."""
 from __future__ import annotations
 
 import json

@@ -3,7 +3,7 @@
 Every knob is an integer index into its own value list, always sampled (no conditional,
 define-by-run parameters, so Optuna's multivariate TPE stays multivariate). Degrees are indices
 into the scenario's candidate values; ``pp_rank`` indexes the pipeline depths that are legal for
-the chosen (tp, cp, ep), so the divisor constraint is encoded, not rejected (SEARCH.md).
+the chosen (tp, cp, ep), so the divisor constraint is encoded, not rejected (docs/search.md).
 
 ``decode`` maps any index vector to a legal configuration: the exact one when it is legal, else
 the nearest legal one (fewest knobs changed, ordered knobs moved the least). The legality
@@ -56,7 +56,7 @@ class FlatEncoding:
         self.sizes = [len(self.values[k]) for k in self.names]
 
     # -------------------------------------------------------------- encode / decode
-    # Sequential, "index into what is left" (SEARCH.md): each knob's index selects, by scaling,
+    # Sequential, "index into what is left" (docs/search.md): each knob's index selects, by scaling,
     # among the values still legal given the knobs decoded before it. Every index vector decodes
     # to a legal configuration and neighbouring indices stay neighbours.
     @staticmethod

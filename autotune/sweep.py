@@ -25,6 +25,7 @@ SHORT_AXIS_NAMES = {
     "cluster.cross_building.distance_km": "distance_km",
     "cluster.cross_building.loss_rate": "loss",
     "cluster.cross_building.n_paths": "paths",
+    "cluster.cross_building.link_Bps": "link_Bps",
     "cluster.cross_building.bandwidth_Bps": "xb_Bps",
     "workload.global_batch_seqs": "batch_seqs",
 }

@@ -87,7 +87,7 @@ def main():
                                "production parallelism: GBN over SR (%)", logx=False))
         plots.append(plot_cuts(rows, list(cfg.cuts), "prod ecmp/1", out / f"{stem}-production-ecmp.png",
                                "production parallelism: ECMP 1 QP over spray (%)", logx=False))
-    axes = [k for k in ("loss", "distance_km", "paths") if any(k in r for r in rows)]
+    axes = [k for k in ("loss", "distance_km", "paths", "link_Bps") if any(k in r for r in rows)]
     cols = ["model", *axes, "best_s", "best", *LB_COLUMNS, *LOSS_RECOVERY, *COLLECTIVES,
             *[f"prod {c}" for c in LB_COLUMNS], "prod gbn"]
     data = write_outputs(out, stem, rows, cols, {"placement": placement}, plots, args.tracking_uri,

@@ -3,7 +3,7 @@ judge each proposal against the exhaustive optimum. Prints a JSON summary.
 
     python experiments/ppo_zero_shot.py --steps 100000 --train-points 24 --test-points 8
 
-Training cost (seconds, on this machine) is reported next to the gap, as SEARCH.md asks.
+Training cost (seconds, on this machine) is reported next to the gap, as docs/search.md asks.
 """
 from __future__ import annotations
 

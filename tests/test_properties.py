@@ -1,4 +1,4 @@
-"""Invariants of COST_MODEL.md as property-based tests (hypothesis)."""
+"""Invariants of docs/cost_model.md as property-based tests (hypothesis)."""
 from functools import lru_cache
 
 import numpy as np

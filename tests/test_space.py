@@ -17,7 +17,7 @@ def test_enumeration_is_exactly_the_legal_set(campus):
 
 
 def test_mask_rejects_most_of_a_uniform_draw_over_the_raw_product(campus):
-    """The naive categorical product is mostly illegal (SEARCH.md): count it, don't assume it."""
+    """The naive categorical product is mostly illegal (docs/search.md): count it, don't assume it."""
     space = SearchSpace(campus)
     rng = np.random.default_rng(0)
     n = 20000

@@ -5,7 +5,7 @@ the published runs (``autotune validate --fit``).
 """
 
 # ---- bytes per parameter, mixed-precision Adam (Rajbhandari et al. 2020, ZeRO, sec. 3.1;
-# Megatron-LM keeps fp32 main gradients) -> 2 + 4 + 12 = 18 bytes/param (COST_MODEL.md: 16-18)
+# Megatron-LM keeps fp32 main gradients) -> 2 + 4 + 12 = 18 bytes/param (docs/cost_model.md: 16-18)
 WEIGHT_BYTES_PER_PARAM = 2.0          # bf16 working weights
 GRAD_BYTES_PER_PARAM = 4.0            # fp32 main gradients
 OPTIMIZER_BYTES_PER_PARAM = 12.0      # fp32 master weights + Adam m and v

@@ -67,7 +67,7 @@ def per_flow_rate_Bps(lb, queue_pairs, flows, uplink_Bps, nic_Bps, n_paths: int,
     - ECMP: each connection is split over ``q`` queue pairs, each hashed to a path; a path of
       capacity uplink/P is shared by its k flows, so the connection finishes at the pace of its
       most loaded sub-flow: rate = min(nic, q * uplink / (P * E[max k])), E[max k] for F*q balls
-      in P bins. Few elephant flows -> poor (COST_MODEL.md: eff = F / (P E[max])).
+      in P bins. Few elephant flows -> poor (docs/cost_model.md: eff = F / (P E[max])).
     - QP spraying (NCCLX dqplb): the host moves bytes to its least-loaded QP: power-of-q-choices
       balancing, E[max] ~ F q / P + ln ln P / ln q (Azar et al. 1999), never worse than ECMP.
     - Packet spraying / adaptive routing: near-perfect balance at PACKET_SPRAY_EFFICIENCY.
@@ -91,7 +91,7 @@ def loss_efficiency(loss_recovery, lb, rate_Bps, rtt_s: float, loss_rate: float,
 
     Go-back-N resends what one queue pair has in flight per loss: a connection of q QPs keeps
     W = min(rate x RTT, the library's in-flight cap) / (q MTU) packets on each, so more QPs help it
-    (eff = 1 / (1 + p W), COST_MODEL.md, per QP). Packet spraying reorders packets; go-back-N
+    (eff = 1 / (1 + p W), docs/cost_model.md, per QP). Packet spraying reorders packets; go-back-N
     treats a reordered packet like a loss (PACKET_SPRAY_REORDER_PROB). Selective repeat resends
     only the lost packet. Both recover a tail loss (no later packet to reveal the gap) only by the
     retransmission timeout ``rto_s`` (the transport's: 4.096 us x 2^NCCL_IB_TIMEOUT, or adaptive

@@ -33,7 +33,7 @@ def bubble_time(sched, p, v, t_f, t_b, t_w, xp=NUMPY):
 
 
 def in_flight_microbatches(sched, p, v, m, xp=NUMPY):
-    """Micro-batches whose activations the first rank holds at peak (COST_MODEL.md):
+    """Micro-batches whose activations the first rank holds at peak (docs/cost_model.md):
     GPipe m; 1F1B p; interleaved p (1 + (p-1)/(p v)); ZB1P, ZBV p; ZB2P 2p; DualPipeV p + 1."""
     infl = xp.select(
         [sched == S_GPIPE, sched == S_1F1B, sched == S_INTERLEAVED, sched == S_ZB2P, sched == S_DUALPIPEV],
