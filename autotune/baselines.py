@@ -12,8 +12,8 @@
 - naive: the simple rule a newcomer runs: TP in the node, the smallest PP that fits, FSDP
   (ZeRO-3) across everything, 1F1B, one queue pair, NCCL ring. Shows the range, never the headline.
 - sota: a strong optimizer blind to scale-across effects: exhaustive search on a copy of the
-  scenario whose tiers above the building behave like the inside of one (no oversubscription,
-  distance or loss), with the cluster's declared default transport (its tiers' load balancing,
+  scenario whose tiers above the building are the in-building scale-out tier (its bandwidth,
+  oversubscription, latency and loss: no extra distance), with the cluster's declared default transport (its tiers' load balancing,
   queue pairs and loss recovery; NCCL's defaults); its choice is then judged on the true network.
 """
 from __future__ import annotations

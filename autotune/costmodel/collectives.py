@@ -165,8 +165,8 @@ def nccl_estimate(kind, algo_tree: bool, size_bytes, n, bw, proto, xp=NUMPY):
 
 
 def nccl_choice(kind, size_bytes, n, bw, allow_ll128=True, xp=NUMPY):
-    """What NCCL's tuner picks, by the smallest of its own estimates: (use_tree, protocol with
-    tree allowed, protocol of the ring). Tree is a candidate for all-reduce only; LL128 only where
+    """What NCCL's tuner picks, by the smallest of its own estimates: (tree preferred, best
+    protocol for the tree, best protocol for the ring). Tree is a candidate for all-reduce only; LL128 only where
     the hardware runs it."""
     protos = (N.PROTO_SIMPLE, N.PROTO_LL128, N.PROTO_LL) if allow_ll128 else (N.PROTO_SIMPLE, N.PROTO_LL)
 
@@ -184,8 +184,7 @@ def nccl_choice(kind, size_bytes, n, bw, allow_ll128=True, xp=NUMPY):
     if kind != KIND_AR:
         return False, ring_p, ring_p
     tree_t, tree_p = best(True)
-    use_tree = tree_t < ring_t
-    return use_tree, xp.where(use_tree, tree_p, ring_p), ring_p
+    return tree_t < ring_t, tree_p, ring_p
 
 
 def collective(kind, algo, proto, size_bytes, n_in, n_x, bw_in, a_in, bw_x_ring, bw_x_all, a_x,
@@ -211,10 +210,11 @@ def collective(kind, algo, proto, size_bytes, n_in, n_x, bw_in, a_in, bw_x_ring,
         return xp.where(use_t, 1.0, 0.0), p_t, p_r
     choose.n_out = 3
     # NCCL's tuner runs only where something is left to it (protocol auto or collective nccl_auto)
-    auto_tree, auto_p, ring_p = xp.on_rows((proto == 0) | (algo == COLL_AUTO), choose, size_bytes, n, bw_sel)
+    auto_tree, tree_p, ring_p = xp.on_rows((proto == 0) | (algo == COLL_AUTO), choose, size_bytes, n, bw_sel)
     auto_tree = auto_tree > 0.5
     use_tree = (xp.where(algo == COLL_AUTO, auto_tree, algo == COLL_TREE) & xp.logical_not(is_hier)) if is_ar else False
-    p_run = xp.where(proto > 0, proto, xp.where(use_tree, auto_p, ring_p))
+    # protocol: forced, else NCCL's best for the algorithm that actually runs
+    p_run = xp.where(proto > 0, proto, xp.where(use_tree, tree_p, ring_p))
 
     def ring(size, ni, nx, bwi, ai, bwx, ax, p, chn, buf):
         t = ring_time(kind, size, ni, nx, bwi, ai, bwx, ax, p, chn, buf, xp, ovh_scale)

@@ -51,9 +51,10 @@ losses with no later packet to reveal the gap) (assumed)."""
 RTO_MIN_s = 1e-4
 """Minimum retransmission timeout of the RDMA transport (assumed, tuned RoCE deployments)."""
 DEFAULT_BUCKET_BYTES = 40e6 * 2.0
-"""Gradient bucket when the configuration leaves it to the framework (dp_bucket_mib = 0):
-Megatron-Core's default of max(40M, 1M x dp) parameters (distributed_data_parallel.py), at
-2 bytes per bf16 gradient; one collective per bucket, the last one exposed."""
+"""Gradient bucket when the configuration leaves it to the framework (dp_bucket_mib = 0): 80 MB,
+Megatron-Core's 40M-parameter default (distributed_data_parallel.py) at 2 bytes per bf16 gradient.
+Megatron's max(40M, 1M x dp) and other wire precisions are not modelled; one collective per
+bucket, the last one exposed."""
 EXPERT_IMBALANCE_FACTOR = 1.1
 """Busiest expert's load over the mean with auxiliary-loss balancing (assumed; DeepSeek-V3 and
 Mixtral report near-balanced routing)."""

@@ -237,8 +237,10 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
         bw_e_ring = xb_bw(k.G_b / n_in_e, ch, ch * buf)
         e_terms = dp_group(g_e, n_in_e, x_exp, bw_e_in, a_e_in, bw_e_ring, ax_all)
         ar, xar, rs, xrs, rs_in, hs_x, hxs = (u + v for u, v in zip((ar, xar, rs, xrs, rs_in, hs_x, hxs), e_terms[:7]))
-    if p.dp_collective_scale != 1.0:
-        ar, rs, rs_in, hs_x = (x * p.dp_collective_scale for x in (ar, rs, rs_in, hs_x))
+        calls_d = calls_d + e_terms[7]          # the expert group's buckets / units are calls too
+    if p.dp_collective_scale != 1.0:            # 0 must give 0 even where a time is infinite
+        ar, rs, rs_in, hs_x = (xp.where(p.dp_collective_scale == 0.0, 0.0, x * p.dp_collective_scale)
+                               for x in (ar, rs, rs_in, hs_x))
 
     # FSDP/HSDP shard-group collectives (parameters and gradients move the same bytes), by the
     # workload's regather policy (WorkloadSpec.fsdp_regather):

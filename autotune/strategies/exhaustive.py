@@ -11,6 +11,9 @@ from ..costmodel.bounds import bound_params, transport_free
 from ..costmodel.iteration import evaluate_batch
 from ..costmodel.params import CostParams
 from ..space import SearchSpace, config_at, take
+from ..specs.config import LOAD_BALANCING, LOSS_RECOVERY
+
+_SR, _ECMP = LOSS_RECOVERY.index("sr"), LOAD_BALANCING.index("ecmp")
 
 
 @dataclass
@@ -53,7 +56,10 @@ def exhaustive_search(space: SearchSpace, params: CostParams | None = None, chun
     for s in range(0, n_core, chunk_rows):
         c = take(core, slice(s, min(n_core, s + chunk_rows)))
         fits[s:s + chunk_rows] = evaluate_batch(scen, c, params)["feasible"]
-        lb[s:s + chunk_rows] = evaluate_batch(free, c, bp)["iteration_time_s"]
+        c_lb = dict(c)                           # no loss recovery penalty on the free link
+        c_lb["xb_loss_recovery"] = np.full_like(c["xb_loss_recovery"], _SR)
+        c_lb["xb_load_balancing"] = np.full_like(c["xb_load_balancing"], _ECMP)
+        lb[s:s + chunk_rows] = evaluate_batch(free, c_lb, bp)["iteration_time_s"]
     if progress is not None:
         progress(int(np.count_nonzero(~fits)) * nt)
     cand = np.flatnonzero(fits)
