@@ -194,6 +194,29 @@ def _print_study(d):
         click.echo(f"tracking error: {e}", err=True)
 
 
+SCENARIO_PARAMS = ("model", "cluster", "gpus", "global_batch", "seq_len", "precision", "scenario_file", "overrides")
+
+
+def _given(name: str) -> bool:
+    """Whether an option was given (on the command line), not left at its default."""
+    src = click.get_current_context().get_parameter_source(name)
+    return src not in (None, click.core.ParameterSource.DEFAULT, click.core.ParameterSource.DEFAULT_MAP)
+
+
+def _scenario_or_stored(kw, study_name):
+    """The scenario given by the options, or None (the stored study's) when none of them is given
+    and a study is named: a resume or a worker reads its scenario from the study."""
+    if study_name and not any(kw.get(k) for k in SCENARIO_PARAMS):
+        for k in SCENARIO_PARAMS:
+            kw.pop(k, None)
+        return None
+    return _scenario(kw)
+
+
+def _objectives(text):
+    return None if text is None else tuple(o.strip() for o in text.split(",") if o.strip())
+
+
 @cli.command()
 @scenario_options
 @click.option("--strategy", default="tpe", help="tpe, cmaes, gp, nsga2, random, exhaustive, ppo, production, sota")
@@ -201,14 +224,19 @@ def _print_study(d):
 @_study_options
 def study(strategy, seed, trials, storage, study_name, tracking_uri, backend, backend_options, trial_timeout,
           no_tracking, objectives, infeasible, as_json, **kw):
-    """Run or resume a tuning study; every trial goes to the storage and to MLflow."""
+    """Run or resume a tuning study; every trial goes to the storage and to MLflow.
+
+    A resume (an existing --study-name) uses the study's stored options for those it is not
+    given (the scenario too), and refuses one given with another value."""
     from .study import StudyRunner
-    scen = _scenario(kw)
-    runner = StudyRunner(scen, strategy=strategy, trials=trials, storage=storage, study_name=study_name,
-                         tracking_uri=tracking_uri, seed=seed, backend=backend,
-                         backend_options=_backend_options(backend_options), trial_timeout_s=trial_timeout,
-                         track=not no_tracking, progress=not as_json and sys.stderr.isatty(), infeasible=infeasible,
-                         objectives=tuple(o.strip() for o in objectives.split(",") if o.strip()))
+    scen = _scenario_or_stored(kw, study_name)
+    runner = StudyRunner(scen, strategy=strategy if _given("strategy") else None, trials=trials, storage=storage,
+                         study_name=study_name, tracking_uri=tracking_uri, seed=seed,
+                         backend=backend if _given("backend") else None,
+                         backend_options=_backend_options(backend_options) or None, trial_timeout_s=trial_timeout,
+                         track=not no_tracking, progress=not as_json and sys.stderr.isatty(),
+                         infeasible=infeasible if _given("infeasible") else None,
+                         objectives=_objectives(objectives) if _given("objectives") else None)
     _emit(runner.run(), as_json, _print_study)
 
 
@@ -223,29 +251,38 @@ def _backend_options(items) -> dict:
 
 
 @cli.command()
+@scenario_options
 @click.option("--study-name", "study_name", required=True)
 @click.option("--storage", default=None, help="the shared study's SQLAlchemy URL")
 @click.option("--trials", type=int, default=100, help="finished trials the shared study must reach")
 @click.option("--seed", type=int, default=None, help="default: derived from the process id")
-@click.option("--tracking-uri", "tracking_uri", default=None)
-@click.option("--backend", default=None)
-@click.option("--backend-option", "backend_options", multiple=True, help="key=value passed to the backend")
+@click.option("--strategy", default=None, help="default: the study's (another one is refused)")
+@click.option("--objectives", default=None, help="default: the study's (others are refused)")
+@click.option("--infeasible", type=click.Choice(["fail", "constraint"]), default=None,
+              help="default: the study's (another mode is refused)")
+@click.option("--tracking-uri", "tracking_uri", default=None, help="default: the study's")
+@click.option("--backend", default=None, help="default: the study's (another one is refused)")
+@click.option("--backend-option", "backend_options", multiple=True,
+              help="key=value passed to the backend; default: the study's (another value is refused)")
 @click.option("--trial-timeout", "trial_timeout", type=float, default=None)
 @click.option("--no-tracking", is_flag=True)
 @click.option("--json", "as_json", is_flag=True)
-def worker(study_name, storage, trials, seed, tracking_uri, backend, backend_options, trial_timeout, no_tracking,
-           as_json):
-    """Join an existing study (same storage) and run trials until it has --trials."""
+def worker(study_name, storage, trials, seed, strategy, objectives, infeasible, tracking_uri, backend,
+           backend_options, trial_timeout, no_tracking, as_json, **kw):
+    """Join an existing study (same storage) and run trials until it has --trials.
+
+    Everything that defines the study (scenario, strategy, objectives, infeasible handling,
+    backend and its options, tracking URI) is read from the study; an option given with another
+    value than the study's is refused (exit 2), before anything is written."""
     import os
 
-    from .study import DEFAULT_STORAGE, StudyRunner, load_study_scenario
-    storage = storage or DEFAULT_STORAGE
-    scen, attrs = load_study_scenario(storage, study_name)
-    runner = StudyRunner(scen, strategy=attrs["strategy"], trials=trials, storage=storage, study_name=study_name,
+    from .study import StudyRunner
+    scen = _scenario_or_stored(kw, study_name)
+    runner = StudyRunner(scen, strategy=strategy, trials=trials, storage=storage, study_name=study_name,
                          tracking_uri=tracking_uri, seed=seed if seed is not None else os.getpid(),
-                         backend=backend or attrs.get("backend", "costmodel"),
-                         backend_options=_backend_options(backend_options), trial_timeout_s=trial_timeout,
-                         track=not no_tracking)
+                         backend=backend, backend_options=_backend_options(backend_options) or None,
+                         trial_timeout_s=trial_timeout, track=not no_tracking, infeasible=infeasible,
+                         objectives=_objectives(objectives), join=True)
     _emit(runner.run(), as_json, _print_study)
 
 

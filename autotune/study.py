@@ -6,6 +6,10 @@ the encoding decodes it to a legal configuration, the backend measures it, the s
 Out-of-memory configurations are feasibility constraints (samplers that take constraints) or
 failed trials with their reason (the others); a failed measurement is a failed trial with its
 reason. No fake large value ever enters the study.
+
+What defines a study (StudySpec: scenario, strategy, objectives, infeasible handling, backend and
+its options, tracking URI) is stored with it when it is created; a resume or a worker uses the
+stored value of every such option it is not given, and refuses one given with another value.
 """
 from __future__ import annotations
 
@@ -17,6 +21,7 @@ import socket
 import tempfile
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import optuna
@@ -31,6 +36,7 @@ from .space import SearchSpace
 from .specs import Config, Scenario
 from .strategies.base import Observation
 from .strategies.optuna_samplers import CONSTRAINT_KEY, SUPPORTS_CONSTRAINTS, make_sampler
+from .strategies.registry import NAMES as STRATEGY_NAMES
 from .strategies.registry import make_strategy
 from .processes import THIS_PROCESS, alive, dead_here, parse
 from .tracking import Tracker, mask_uri
@@ -250,65 +256,368 @@ def _measure(backend, scenario, config, timeout_s: float | None) -> Measurement:
     return m.checked()
 
 
+SPEC_ATTR = "spec"
+"""The study user attribute that holds its StudySpec."""
+SPEC_VERSION = 1
+SCENARIO_OPTIONS = "--model/--cluster/--scenario/--set"
+
+
+@dataclass(frozen=True)
+class StudySpec:
+    """What defines a study: written once, when the study is created, as the study user attribute
+    ``spec``, and read back by every ``autotune worker`` and every resume, which use it for each
+    option they are not given and refuse one they are given with another value (StudyConflict).
+
+    Compact: the scenario by its key (its JSON is the ``scenario_json`` attribute, written beside it),
+    options at their empty default left out. A secret (a password in the tracking URI, a
+    secret-looking backend option) is stored masked and named in ``masked``: each process that
+    needs it is given it again. Per process, not stored: trials, seed, storage URL, trial
+    timeout, whether to track."""
+    scenario_key: str
+    strategy: str = "tpe"
+    objectives: tuple = ("iteration_time_s",)
+    infeasible: str = "fail"
+    backend: str = "costmodel"
+    backend_options: tuple = ()          # ((key, value), ...) sorted by key
+    strategy_options: tuple = ()         # ((key, value), ...) sorted by key
+    categorical_unordered: bool = True
+    tracking_uri: str | None = None      # None: the default (sqlite:///mlflow.db)
+    masked: tuple = ()                   # "tracking_uri", "backend_options.KEY": stored masked
+
+    def to_attr(self) -> dict:
+        d = {"v": SPEC_VERSION, "scenario_key": self.scenario_key, "strategy": self.strategy,
+             "objectives": list(self.objectives), "infeasible": self.infeasible, "backend": self.backend}
+        if self.backend_options:
+            d["backend_options"] = dict(self.backend_options)
+        if self.strategy_options:
+            d["strategy_options"] = dict(self.strategy_options)
+        if not self.categorical_unordered:
+            d["categorical_unordered"] = False
+        if self.tracking_uri is not None:
+            d["tracking_uri"] = self.tracking_uri
+        if self.masked:
+            d["masked"] = list(self.masked)
+        return d
+
+    @classmethod
+    def from_attr(cls, d, study_name: str = "") -> "StudySpec":
+        def bad(why):
+            return UserInputError(f"--study-name {study_name} (its stored {SPEC_ATTR})", "{...}" if isinstance(d, dict)
+                                  else d, why)
+        if not isinstance(d, dict):
+            raise bad("a mapping written by autotune")
+        if not isinstance(d.get("v"), int) or d["v"] > SPEC_VERSION:
+            raise bad(f"a spec of version <= {SPEC_VERSION} (a newer autotune wrote it: upgrade)")
+        try:
+            spec = cls(scenario_key=str(d["scenario_key"]), strategy=str(d["strategy"]),
+                       objectives=tuple(str(o) for o in d["objectives"]), infeasible=str(d["infeasible"]),
+                       backend=str(d["backend"]),
+                       backend_options=tuple(sorted(dict(d.get("backend_options") or {}).items())),
+                       strategy_options=tuple(sorted(dict(d.get("strategy_options") or {}).items())),
+                       categorical_unordered=bool(d.get("categorical_unordered", True)),
+                       tracking_uri=None if d.get("tracking_uri") is None else str(d["tracking_uri"]),
+                       masked=tuple(str(m) for m in d.get("masked") or ()))
+        except (KeyError, TypeError, ValueError) as e:
+            raise bad(f"a spec written by autotune ({type(e).__name__}: {e})") from None
+        return spec
+
+    def fields(self) -> dict:
+        """What a worker or resume is checked against (all of it)."""
+        return {"scenario_key": self.scenario_key, "strategy": self.strategy, "objectives": self.objectives,
+                "infeasible": self.infeasible, "backend": self.backend, "categorical_unordered": self.categorical_unordered,
+                "backend_options": dict(self.backend_options), "strategy_options": dict(self.strategy_options),
+                "tracking_uri": self.tracking_uri, "masked": self.masked}
+
+
+def stored_fields(attrs: dict, study_name: str) -> dict:
+    """The options an existing study was created with: its StudySpec, or for a study written
+    before the spec, what it kept then (scenario, strategy, objectives, backend); options it did
+    not keep are taken as given (or at their default) and never refused."""
+    if SPEC_ATTR in attrs:
+        return StudySpec.from_attr(attrs[SPEC_ATTR], study_name).fields()
+    out = {}
+    if "scenario_key" in attrs:
+        out["scenario_key"] = str(attrs["scenario_key"])
+    if "strategy" in attrs:
+        out["strategy"] = str(attrs["strategy"])
+    if "objectives" in attrs:
+        out["objectives"] = tuple(attrs["objectives"])
+    if "backend" in attrs:
+        out["backend"] = str(attrs["backend"])
+    return out
+
+
+class StudyConflict(UserInputError):
+    """A worker or a resume given an option with another value than the stored study's: one line
+    naming the option, the stored value and the given one (exit 2); nothing is written."""
+
+    def __init__(self, option: str, what: str, study_name: str, stored: str, given: str, leave_out: str = ""):
+        self.field, self.value, self.allowed = option, given, stored
+        ValueError.__init__(self, f"{option}: study {study_name!r} was created with a different {what}: stored "
+                                  f"{stored}, given {given}; leave {leave_out or option} out to use the stored one, "
+                                  "or give another --study-name")
+
+
+def _plain(v):
+    """An option value as stored (JSON): str, number, bool or None as they are, anything else as text."""
+    return v if v is None or isinstance(v, (str, int, float, bool)) else str(v)
+
+
+def _stored_option(key: str, value) -> tuple[object, bool]:
+    """(value as stored, whether a secret was masked): a secret-looking key, or a value holding a
+    URI password or a secret-looking key=value, is never written to the study."""
+    from .tracking import MASK, _secret_key, mask_text
+    v = _plain(value)
+    if v is None or isinstance(v, bool):
+        return v, False
+    if _secret_key(key):
+        return MASK, True
+    if isinstance(v, str):
+        m = mask_text(v)
+        if m != " ".join(v.split()):
+            return m, True
+    return v, False
+
+
+def _same_value(a, b) -> bool:
+    return a == b or str(a) == str(b)
+
+
+def _describe_scenario(s: Scenario | None, key: str) -> str:
+    if s is None:
+        return f"scenario key {key}"
+    return f"{s.model.name} x {s.cluster.name}, {s.n_gpus} GPUs (key {key})"
+
+
+def check_objectives(objectives) -> tuple:
+    objectives = tuple(objectives)
+    bad = [o for o in objectives if o not in OBJECTIVES]
+    if bad or not objectives or objectives[0] != "iteration_time_s" or len(set(objectives)) != len(objectives):
+        raise UserInputError("--objectives", ",".join(objectives),
+                             "iteration_time_s first, then optionally " + " and/or ".join(OBJECTIVES[1:]))
+    return objectives
+
+
+def _stored_scenario(attrs: dict, study_name: str) -> Scenario:
+    try:
+        return Scenario.model_validate_json(attrs["scenario_json"])
+    except pydantic.ValidationError as e:      # a stored scenario that no longer validates (or was tampered with)
+        err = from_pydantic(e, prefix="scenario")
+        raise UserInputError(f"--study-name {study_name} (its stored {err.field})", err.value, err.allowed) from None
+
+
 class StudyRunner:
-    def __init__(self, scenario: Scenario, strategy: str = "tpe", trials: int = 100, storage: str | None = None,
-                 study_name: str | None = None, tracking_uri: str | None = None, seed: int = 0,
-                 backend: str = "costmodel", backend_options: dict | None = None, trial_timeout_s: float | None = None, track: bool = True,
-                 seed_baselines: bool = True, strategy_options: dict | None = None, progress: bool = False,
-                 infeasible: str = "fail", baselines: tuple = ("production", "sota"),
-                 known_baselines: dict | None = None, objectives: tuple = ("iteration_time_s",),
-                 categorical_unordered: bool = True):
+    def __init__(self, scenario: Scenario | None = None, strategy: str | None = None, trials: int = 100,
+                 storage: str | None = None, study_name: str | None = None, tracking_uri: str | None = None,
+                 seed: int = 0, backend=None, backend_options: dict | None = None,
+                 trial_timeout_s: float | None = None, track: bool = True, seed_baselines: bool = True,
+                 strategy_options: dict | None = None, progress: bool = False, infeasible: str | None = None,
+                 baselines: tuple = ("production", "sota"), known_baselines: dict | None = None,
+                 objectives: tuple | None = None, categorical_unordered: bool | None = None, join: bool = False):
+        """The options that define a study (scenario, strategy, objectives, infeasible, backend and
+        its options, strategy options, categorical_unordered, tracking URI) left at None are not
+        given: an existing study's stored value (its StudySpec) is used, else the default. A given
+        one that differs from the stored study's is refused (StudyConflict) before anything is
+        written. ``join``: the study must exist already (``autotune worker``)."""
         if trials is None or trials <= 0:
             raise UserInputError("--trials", trials, "a positive integer")
-        self.scenario, self.trials, self.seed = scenario, int(trials), int(seed)
+        self.trials, self.seed = int(trials), int(seed)
         self.storage_url = storage or DEFAULT_STORAGE
-        self.tracking_uri = tracking_uri or DEFAULT_TRACKING_URI
-        self.strategy = make_strategy(strategy, **(strategy_options or {}))
-        self.backend = get_backend(backend, **(backend_options or {})) if isinstance(backend, str) else backend
-        self.backend_name = backend if isinstance(backend, str) else getattr(backend, "name", type(backend).__name__)
+        self.join = join
+        self._st = None
+        # given options that are wrong on their own come first
+        if strategy is not None and strategy not in STRATEGY_NAMES:
+            raise UserInputError("--strategy", strategy, "one of " + ", ".join(STRATEGY_NAMES))
+        if objectives is not None:
+            objectives = check_objectives(objectives)
+        if infeasible is not None and infeasible not in INFEASIBLE_MODES:
+            raise UserInputError("--infeasible", infeasible, " or ".join(INFEASIBLE_MODES))
+        if scenario is None and not study_name:
+            raise UserInputError("--study-name", study_name, "the name of an existing study when no scenario is given")
+        self.study_name = study_name or \
+            f"{scenario.model.name}-{scenario.cluster.name}-{strategy or StudySpec.strategy}-seed{seed}"
+        # what the stored study says (read only: nothing is written before every check passed)
+        self._attrs_at_start = attrs = self._stored_attrs()
+        stored = stored_fields(attrs, self.study_name) if attrs is not None else {}
+        if scenario is None:
+            if attrs is None or "scenario_json" not in attrs:
+                raise UserInputError("--model", None, "a model and cluster preset (--model, --cluster) or --scenario "
+                                     f"FILE: study {self.study_name!r} is not in that storage to resume")
+            scenario = _stored_scenario(attrs, self.study_name)
+            given_key = None
+        else:
+            given_key = scenario.key
+        self.scenario = scenario
+        backend_name = backend if backend is None or isinstance(backend, str) else \
+            getattr(backend, "name", type(backend).__name__)
+        self._given = {"scenario_key": given_key, "strategy": strategy, "objectives": objectives,
+                       "infeasible": infeasible, "backend": backend_name, "categorical_unordered": categorical_unordered,
+                       "backend_options": dict(backend_options or {}), "strategy_options": dict(strategy_options or {})}
+        self._check_against(stored, before_backend=True)
+        spec = StudySpec(scenario_key=scenario.key)
+        value = {k: self._given[k] if self._given[k] is not None else stored.get(k, getattr(spec, k))
+                 for k in ("strategy", "objectives", "infeasible", "backend", "categorical_unordered")}
+        # options of the strategy and backend: the stored ones (when it is the same strategy or
+        # backend), each given one replacing its own
+        masked = set(stored.get("masked", ()))
+        s_opts = (stored.get("strategy_options", {}) if value["strategy"] == stored.get("strategy") else {}) \
+            | self._given["strategy_options"]
+        same_backend = value["backend"] == stored.get("backend")
+        b_opts = (stored.get("backend_options", {}) if same_backend else {}) | self._given["backend_options"]
+        for k in b_opts:
+            if same_backend and f"backend_options.{k}" in masked and k not in self._given["backend_options"]:
+                raise UserInputError(f"--backend-option {k}", "(not given)",
+                                     f"the value study {self.study_name!r} was created with, "
+                                     f"{stored['backend_options'][k]!r}: its secret is not stored with the study, "
+                                     "so give it to every worker and resume")
+        self.strategy = make_strategy(value["strategy"], **s_opts)
+        self.backend = get_backend(value["backend"], **b_opts) if backend is None or isinstance(backend, str) \
+            else backend
+        self.backend_name = value["backend"]
+        self._check_against(stored, before_backend=False)
+        self.objectives, self.infeasible = tuple(value["objectives"]), value["infeasible"]
+        # the tracking URI: the given one (this host may reach the same store by another address),
+        # else the study's, else the default
+        stored_uri = stored.get("tracking_uri")
+        if tracking_uri is None and stored_uri is not None and "tracking_uri" in masked and track:
+            raise UserInputError("--tracking-uri", "(not given)",
+                                 f"the tracking URI study {self.study_name!r} was created with, {stored_uri}: its "
+                                 "secret is not stored with the study, so give it to every worker and resume "
+                                 "(or --no-tracking)")
+        self.tracking_uri = tracking_uri or (stored_uri if "tracking_uri" not in masked else None) \
+            or DEFAULT_TRACKING_URI
+        # what a new study stores: secrets masked
+        stored_b, stored_s, new_masked = [], [], []
+        for k, v in sorted(b_opts.items()):
+            sv, m = _stored_option(k, v)
+            stored_b.append((k, sv))
+            if m:
+                new_masked.append(f"backend_options.{k}")
+        for k, v in sorted(s_opts.items()):
+            stored_s.append((k, _stored_option(k, v)[0]))
+        uri = tracking_uri if tracking_uri is not None else stored_uri
+        if uri is not None and mask_uri(uri) != uri:
+            uri = mask_uri(uri)
+            new_masked.append("tracking_uri")
+        self.spec = StudySpec(scenario_key=scenario.key, strategy=self.strategy.name, objectives=self.objectives,
+                              infeasible=self.infeasible, backend=self.backend_name,
+                              backend_options=tuple(stored_b), strategy_options=tuple(stored_s),
+                              categorical_unordered=bool(value["categorical_unordered"]), tracking_uri=uri,
+                              masked=tuple(new_masked))
         self.trial_timeout_s = trial_timeout_s
         self.track = track
         self.seed_baselines = seed_baselines
         self.progress = progress
-        self.study_name = study_name or f"{scenario.model.name}-{scenario.cluster.name}-{strategy}-seed{seed}"
         self.space = SearchSpace(scenario)
         self.encoding = FlatEncoding(self.space)
-        self.distributions = distributions_for(self.encoding, self.strategy.sampler_name, categorical_unordered)
+        self.distributions = distributions_for(self.encoding, self.strategy.sampler_name,
+                                               self.spec.categorical_unordered)
         self.hbm_bytes = min(b.gpu.hbm_bytes for b in scenario.cluster.buildings)
-        if infeasible not in INFEASIBLE_MODES:
-            raise UserInputError("--infeasible", infeasible, " or ".join(INFEASIBLE_MODES))
-        self.infeasible = infeasible
         self.baseline_names = tuple(baselines)
         self.known_baselines = known_baselines
-        objectives = tuple(objectives)
-        bad = [o for o in objectives if o not in OBJECTIVES]
-        if bad or not objectives or objectives[0] != "iteration_time_s" or len(set(objectives)) != len(objectives):
-            raise UserInputError("--objectives", ",".join(objectives),
-                                 "iteration_time_s first, then optionally " + " and/or ".join(OBJECTIVES[1:]))
-        self.objectives = objectives
 
     # ------------------------------------------------------------------ setup
+    def _storage(self):
+        if self._st is None:
+            self._st = _storage(self.storage_url)
+        return self._st
+
+    def _stored_attrs(self) -> dict | None:
+        """The stored study's user attributes; None when there is no such study (a worker's study
+        must exist). Read only; a SQLite file that does not exist yet is not created here."""
+        url = self.storage_url
+        if url.startswith("sqlite:///") and url != "sqlite:///:memory:" and not Path(url[len("sqlite:///"):]).exists():
+            if not self.join:
+                return None
+            if Path(url[len("sqlite:///"):]).parent.exists():     # (a missing folder: --storage, below)
+                raise UserInputError("--study-name", self.study_name, "the name of an existing study in that storage")
+        st = self._storage()
+        try:
+            return st.get_study_user_attrs(st.get_study_id_from_name(self.study_name))
+        except KeyError:
+            if self.join:
+                raise UserInputError("--study-name", self.study_name,
+                                     "the name of an existing study in that storage") from None
+            return None
+        except Exception as e:  # noqa: BLE001
+            raise UserInputError("--storage", mask_uri(self.storage_url),
+                                 f"a reachable database ({type(e).__name__})") from None
+
+    def _stored_scenario_or_none(self):
+        """The stored study's scenario, to show in a conflict (None if it cannot be read)."""
+        try:
+            attrs = self._attrs_at_start or {}
+            return Scenario.model_validate_json(attrs["scenario_json"])
+        except (KeyError, TypeError, pydantic.ValidationError):
+            return None
+
+    def _check_against(self, stored: dict, before_backend: bool) -> None:
+        """Refuse a given option that differs from the stored study's (StudyConflict). In two
+        steps: the backend and its options after the backend was built from what was given (a
+        given option that is wrong on its own is reported as such first)."""
+        given, name = self._given, self.study_name
+
+        def differs(k):
+            return given[k] is not None and k in stored and not _same_value(given[k], stored[k])
+        if before_backend:
+            if differs("scenario_key"):
+                raise StudyConflict(SCENARIO_OPTIONS, "scenario", name,
+                                    _describe_scenario(self._stored_scenario_or_none(), stored["scenario_key"]),
+                                    _describe_scenario(self.scenario, given["scenario_key"]),
+                                    leave_out="the scenario options")
+            if differs("strategy"):
+                raise StudyConflict("--strategy", "strategy", name, repr(stored["strategy"]), repr(given["strategy"]))
+            if differs("objectives"):
+                raise StudyConflict("--objectives", "set of objectives", name, repr(",".join(stored["objectives"])),
+                                    repr(",".join(given["objectives"])))
+            if differs("infeasible"):
+                raise StudyConflict("--infeasible", "infeasible mode", name, repr(stored["infeasible"]),
+                                    repr(given["infeasible"]))
+            if differs("categorical_unordered"):
+                raise StudyConflict("categorical_unordered", "encoding of unordered knobs", name,
+                                    repr(stored["categorical_unordered"]), repr(given["categorical_unordered"]))
+            if "strategy_options" in stored:
+                for k, v in given["strategy_options"].items():
+                    s = stored["strategy_options"].get(k)
+                    if k not in stored["strategy_options"] or not _same_value(_stored_option(k, v)[0], s):
+                        raise StudyConflict(f"strategy option {k}", f"strategy option {k!r}", name,
+                                            "(not set)" if k not in stored["strategy_options"] else repr(s),
+                                            repr(_stored_option(k, v)[0]))
+            return
+        if differs("backend"):
+            raise StudyConflict("--backend", "backend", name, repr(stored["backend"]), repr(given["backend"]))
+        if "backend_options" in stored and self.backend_name == stored.get("backend"):
+            for k, v in given["backend_options"].items():
+                s = stored["backend_options"].get(k)
+                if k not in stored["backend_options"] or not _same_value(_stored_option(k, v)[0], s):
+                    raise StudyConflict(f"--backend-option {k}", f"backend option {k!r}", name,
+                                        "(not set)" if k not in stored["backend_options"] else repr(s),
+                                        repr(_stored_option(k, v)[0]))
+
     def _open_study(self) -> optuna.Study:
-        storage = _storage(self.storage_url)
+        storage = self._storage()
         sampler = make_sampler(self.strategy.sampler_name, self.seed)
         try:
-            study = optuna.create_study(study_name=self.study_name, storage=storage, sampler=sampler,
-                                        directions=["minimize"] * len(self.objectives), load_if_exists=True)
+            if self.join:
+                study = optuna.load_study(study_name=self.study_name, storage=storage, sampler=sampler)
+            else:
+                study = optuna.create_study(study_name=self.study_name, storage=storage, sampler=sampler,
+                                            directions=["minimize"] * len(self.objectives), load_if_exists=True)
+        except KeyError:
+            raise UserInputError("--study-name", self.study_name, "the name of an existing study in that storage") \
+                from None
         except Exception as e:  # noqa: BLE001
             raise UserInputError("--storage", mask_uri(self.storage_url), f"a reachable database ({type(e).__name__})") from None
         attrs = study.user_attrs
-        key = self.scenario.key
-        if "scenario_key" in attrs and attrs["scenario_key"] != key:
-            raise UserInputError("--study-name", self.study_name,
-                                 "a new name: a study of that name exists with a different scenario")
-        if "objectives" in attrs and tuple(attrs["objectives"]) != self.objectives:
-            raise UserInputError("--study-name", self.study_name,
-                                 f"a new name: that study optimises {','.join(attrs['objectives'])}")
-        if "strategy" in attrs and attrs["strategy"] != self.strategy.name:
-            raise UserInputError("--study-name", self.study_name,
-                                 f"a new name: that study was run with strategy {attrs['strategy']!r}")
+        if self._attrs_at_start is None and attrs:
+            # created meanwhile by another process: checked as if it had been there
+            stored = stored_fields(attrs, self.study_name)
+            self._check_against(stored, before_backend=True)
+            self._check_against(stored, before_backend=False)
         if "scenario_key" not in attrs:
-            study.set_user_attr("scenario_key", key)
+            if SPEC_ATTR not in attrs:
+                study.set_user_attr(SPEC_ATTR, self.spec.to_attr())
+            study.set_user_attr("scenario_key", self.scenario.key)
             study.set_user_attr("scenario_json", self.scenario.model_dump_json())
             study.set_user_attr("strategy", self.strategy.name)
             study.set_user_attr("seed", self.seed)
@@ -346,6 +655,7 @@ class StudyRunner:
         # reaches the number of finished trials it was asked for
         n_interrupted = sum(map(_interrupted, study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.FAIL,))))
         base = self._baselines(study)
+        self.strategy.study = study      # its progress is the study's (a resume or worker continues it)
         self.strategy.bind(self.space, self.encoding, self.seed + len(study.trials))
         if tracker is not None:
             tracker.log_study(params={"model": self.scenario.model.name, "cluster": self.scenario.cluster.name,
@@ -604,15 +914,17 @@ class StudyRunner:
         }
 
 
-def run_study(model=None, cluster=None, scenario: Scenario | None = None, strategy: str = "tpe", trials: int = 100,
-              storage: str | None = None, study_name: str | None = None, tracking_uri: str | None = None,
-              seed: int = 0, backend: str = "costmodel", **kw) -> dict:
-    """Run (or resume) a tuning study; returns the summary dict of ``autotune study --json``."""
-    if scenario is None:
+def run_study(model=None, cluster=None, scenario: Scenario | None = None, strategy: str | None = None,
+              trials: int = 100, storage: str | None = None, study_name: str | None = None,
+              tracking_uri: str | None = None, seed: int = 0, backend: str | None = None, **kw) -> dict:
+    """Run (or resume) a tuning study; returns the summary dict of ``autotune study --json``. An
+    option left out (None) is the stored study's when it resumes one (StudyRunner), else the
+    default (strategy tpe, backend costmodel); with neither a scenario nor a model, the stored one."""
+    scenario_kw = {k: kw.pop(k) for k in list(kw)
+                   if k in ("gpus", "global_batch", "seq_len", "precision", "scenario_file", "overrides")}
+    if scenario is None and (model is not None or cluster is not None or any(scenario_kw.values()) or not study_name):
         from .specs.presets import build_scenario
-        scenario = build_scenario(model=model, cluster=cluster, **{k: kw.pop(k) for k in list(kw)
-                                                                    if k in ("gpus", "global_batch", "seq_len",
-                                                                             "precision", "scenario_file", "overrides")})
+        scenario = build_scenario(model=model, cluster=cluster, **scenario_kw)
     return StudyRunner(scenario, strategy=strategy, trials=trials, storage=storage, study_name=study_name,
                        tracking_uri=tracking_uri, seed=seed, backend=backend, **kw).run()
 
@@ -625,8 +937,4 @@ def load_study_scenario(storage: str, study_name: str) -> tuple[Scenario, dict]:
     except KeyError:
         raise UserInputError("--study-name", study_name, "the name of an existing study in that storage") from None
     attrs = study.user_attrs
-    try:
-        return Scenario.model_validate_json(attrs["scenario_json"]), attrs
-    except pydantic.ValidationError as e:      # a stored scenario that no longer validates (or was tampered with)
-        err = from_pydantic(e, prefix="scenario")
-        raise UserInputError(f"--study-name {study_name} (its stored {err.field})", err.value, err.allowed) from None
+    return _stored_scenario(attrs, study_name), attrs

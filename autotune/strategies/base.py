@@ -23,6 +23,10 @@ class Strategy:
     sampler_name: str = "random"       # the Optuna sampler the study runs with
     max_trials: int | None = None      # a strategy with a fixed number of proposals
     history: list = field(default_factory=list)
+    study: object = field(default=None, repr=False, compare=False)
+    """The Optuna study proposed for, set by the study runner before ``bind``. As Optuna's samplers
+    do, a strategy derives its progress from the study's trials, not from what this process
+    proposed: a resumed study, or one of several workers, continues where the study is."""
 
     def bind(self, space, encoding, seed: int) -> None:
         self.space, self.encoding, self.seed = space, encoding, seed
