@@ -379,6 +379,15 @@ def _stored_option(key: str, value) -> tuple[object, bool]:
     return v, False
 
 
+def _check_options(stored: dict, given: dict, name: str, flag: str, what: str) -> None:
+    """Every given option (strategy or backend) must equal the stored one; else one StudyConflict."""
+    for k, v in given.items():
+        s = stored.get(k)
+        if k not in stored or not _same_value(_stored_option(k, v)[0], s):
+            raise StudyConflict(flag.format(k), what.format(k), name,
+                                "(not set)" if k not in stored else repr(s), repr(_stored_option(k, v)[0]))
+
+
 def _same_value(a, b) -> bool:
     return a == b or str(a) == str(b)
 
@@ -577,22 +586,14 @@ class StudyRunner:
                 raise StudyConflict("categorical_unordered", "encoding of unordered knobs", name,
                                     repr(stored["categorical_unordered"]), repr(given["categorical_unordered"]))
             if "strategy_options" in stored:
-                for k, v in given["strategy_options"].items():
-                    s = stored["strategy_options"].get(k)
-                    if k not in stored["strategy_options"] or not _same_value(_stored_option(k, v)[0], s):
-                        raise StudyConflict(f"strategy option {k}", f"strategy option {k!r}", name,
-                                            "(not set)" if k not in stored["strategy_options"] else repr(s),
-                                            repr(_stored_option(k, v)[0]))
+                _check_options(stored["strategy_options"], given["strategy_options"], name,
+                               "strategy option {}", "strategy option {!r}")
             return
         if differs("backend"):
             raise StudyConflict("--backend", "backend", name, repr(stored["backend"]), repr(given["backend"]))
         if "backend_options" in stored and self.backend_name == stored.get("backend"):
-            for k, v in given["backend_options"].items():
-                s = stored["backend_options"].get(k)
-                if k not in stored["backend_options"] or not _same_value(_stored_option(k, v)[0], s):
-                    raise StudyConflict(f"--backend-option {k}", f"backend option {k!r}", name,
-                                        "(not set)" if k not in stored["backend_options"] else repr(s),
-                                        repr(_stored_option(k, v)[0]))
+            _check_options(stored["backend_options"], given["backend_options"], name,
+                           "--backend-option {}", "backend option {!r}")
 
     def _open_study(self) -> optuna.Study:
         storage = self._storage()
