@@ -14,6 +14,8 @@ CASES = [("llama3-8b", "metro-2bldg", ("cluster.cross_building.distance_km=300",
          ("mixtral-8x7b", "campus-5bldg", ("cluster.cross_building.oversubscription=8",)),
          ("llama3-70b", "region-pair", ()),
          ("llama3-8b", "single-building", ())]
+SLOW = pytest.mark.slow      # the larger brute-force scans (18 s and 8 s) run in the slow suite (CI runs it)
+BRUTE_CASES = [CASES[0], pytest.param(*CASES[1], marks=SLOW), pytest.param(*CASES[2], marks=SLOW), CASES[3]]
 
 
 def brute_force(space):
@@ -27,7 +29,7 @@ def brute_force(space):
     return best_t, best_cfg
 
 
-@pytest.mark.parametrize("model,cluster,over", CASES)
+@pytest.mark.parametrize("model,cluster,over", BRUTE_CASES)
 def test_pruned_search_equals_brute_force(model, cluster, over):
     space = SearchSpace(build_scenario(model, cluster, gpus=512 if cluster != "campus-5bldg" else 640,
                                        overrides=list(over)), cp_values=(1, 2), micro_batches=(1, 2))
