@@ -231,12 +231,10 @@ def collective(kind, algo, proto, size_bytes, n_in, n_x, bw_in, a_in, bw_x_ring,
         return inner * (2.0 if is_ar else 1.0) + across, kind * (nx - 1.0) / nx * size / ni
 
     a_x = a_x + 0.0 * n_in                          # per-row arrays, so every argument can be subset
-    common = (a_in, None, a_x, p_run, channels, buffer_bytes)
-
     a_all = a_x if a_x_all is None else a_x_all + 0.0 * n_in
 
     def args(bwx, ax_):
-        return (size_bytes, n_in, n_x, bw_in, common[0], bwx, ax_, *common[3:])
+        return (size_bytes, n_in, n_x, bw_in, a_in, bwx, ax_, p_run, channels, buffer_bytes)
     plain = (xp.logical_not(is_hier) & xp.logical_not(use_tree)) if is_ar else xp.logical_not(is_hier)
     t, x = xp.on_rows(plain, ring, *args(bw_x_ring, a_x))
     t_h, x_h = xp.on_rows(is_hier, hier, *args(bw_x_all, a_all))
