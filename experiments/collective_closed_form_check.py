@@ -1,10 +1,11 @@
 """Closed-form collective and send/recv times (autotune/costmodel/collectives.py) against the
 chunk-level event simulation (autotune/costmodel/collsim.py), over a seeded sweep.
 
-    python experiments/collective_closed_form_check.py [--cases 240] [--seed 0] [--out FILE.json]
+    python experiments/collective_closed_form_check.py [--cases 250] [--seed 0] [--out FILE.json]
 
 Cases: ring all-reduce and all-gather over n_in in {8, 32, 128} ranks per building x {2, 4, 5}
-buildings, hierarchical all-reduce, and cross-building send/recv; sizes 1 MB - 10 GB (log-uniform),
+buildings, NCCL's double-binary-tree all-reduce, hierarchical all-reduce, and cross-building
+send/recv (an equal share of each); sizes 1 MB - 10 GB (log-uniform),
 1 - 1,000 km of fibre, 1 - 16 channels, Simple and LL128. Prints median and max |error| per kind
 and overall, and the worst cases. Nothing here is fitted: both sides take the same inputs.
 """
@@ -21,9 +22,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from autotune.costmodel import nccl as N  # noqa: E402
-from autotune.costmodel.collectives import KIND_AG, KIND_AR, p2p_time, ring_time  # noqa: E402
+from autotune.costmodel.collectives import KIND_AG, KIND_AR, p2p_time, ring_time, tree_allreduce_time  # noqa: E402
 from autotune.costmodel.collsim import (RingHops, simulate_hierarchical_allreduce, simulate_p2p,  # noqa: E402
-                                        simulate_ring)
+                                        simulate_ring, simulate_tree_allreduce)
 from autotune.specs.cluster import FIBRE_DELAY_S_PER_KM  # noqa: E402
 
 BW_IN_Bps = 50e9          # a rank's in-building connection (400 Gb/s NIC)
@@ -32,8 +33,11 @@ BW_X_Bps = 12.5e9         # its share of the oversubscribed cross-building uplin
 SWITCH_LAT_X_s = 10e-6
 
 
+KINDS = ("allreduce", "allgather", "tree", "hierarchical", "p2p")
+
+
 def draw(rng, i: int) -> dict:
-    kinds = ("allreduce", "allgather", "hierarchical", "p2p")
+    kinds = KINDS
     return {"kind": kinds[i % len(kinds)], "n_in": int(rng.choice([8, 32, 128])), "n_x": int(rng.choice([2, 4, 5])),
             "size_bytes": float(10 ** rng.uniform(6, 10)), "km": float(10 ** rng.uniform(0, 3)),
             "channels": int(rng.choice([1, 2, 4, 8, 16])), "proto": int(rng.choice([N.PROTO_SIMPLE, N.PROTO_LL128]))}
@@ -56,6 +60,11 @@ def one(case: dict) -> tuple[float, float]:
         inner = ring_time(KIND_AG, S, n_in, 1.0, BW_IN_Bps, LAT_IN_s, BW_IN_Bps, LAT_IN_s, p, ch, N.SIMPLE_BUFFER_BYTES_DEFAULT)
         across = ring_time(KIND_AR, S / n_in, 1.0, n_x, BW_X_Bps, a_x, BW_X_Bps, a_x, p, ch, N.SIMPLE_BUFFER_BYTES_DEFAULT)
         return sim, float(2 * inner + across)
+    if case["kind"] == "tree":
+        sim = simulate_tree_allreduce(S, n_in, n_x, BW_IN_Bps, LAT_IN_s, BW_X_Bps, a_x, o, o, p, ch,
+                                      base_latency_s=N.TREE_BASE_LATENCY_s[p])
+        cf = tree_allreduce_time(S, n_in, n_x, BW_IN_Bps, LAT_IN_s, BW_X_Bps, a_x, p, ch, N.SIMPLE_BUFFER_BYTES_DEFAULT)
+        return sim, float(cf)
     hops = RingHops.two_tier(n_in, n_x, BW_IN_Bps, LAT_IN_s, BW_X_Bps, a_x, o, o)
     sim = simulate_ring(case["kind"], S, hops, p, ch, base_latency_s=base)
     kind = KIND_AR if case["kind"] == "allreduce" else KIND_AG
@@ -65,7 +74,7 @@ def one(case: dict) -> tuple[float, float]:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--cases", type=int, default=240)
+    ap.add_argument("--cases", type=int, default=250)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, default=None, help="write every case as JSON")
     a = ap.parse_args(argv)
@@ -79,7 +88,7 @@ def main(argv=None) -> int:
     err = np.array([abs(r["error"]) for r in rows])
     print(f"{len(rows)} cases in {time.perf_counter() - t0:.0f} s (seed {a.seed})")
     print(f"{'kind':14s} {'cases':>5s} {'median |err|':>13s} {'p90':>7s} {'max':>7s}")
-    for kind in ("allreduce", "allgather", "hierarchical", "p2p"):
+    for kind in KINDS:
         e = np.array([abs(r["error"]) for r in rows if r["kind"] == kind])
         print(f"{kind:14s} {len(e):5d} {np.median(e):13.2%} {np.percentile(e, 90):7.2%} {e.max():7.2%}")
     print(f"{'all':14s} {len(err):5d} {np.median(err):13.2%} {np.percentile(err, 90):7.2%} {err.max():7.2%}")

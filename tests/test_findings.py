@@ -29,6 +29,7 @@ def _scen(model, xb: dict, batch=None):
     return build_scenario(model=model, cluster="metro-2bldg", overrides=ov)
 
 
+@lru_cache(maxsize=None)
 def placement_times(model, **xb):
     b = best_by(scen(model, **xb), ("placement",), where={"placement": ("dp_out", "pp_out")})
     return b[("dp_out",)].iteration_time_s, b[("pp_out",)].iteration_time_s
@@ -69,13 +70,23 @@ def test_b_moe_prefers_pp_out_once_cross_building_bandwidth_is_scarce():
 
 @pytest.mark.slow
 def test_b_many_experts_flip_earlier_and_further():
-    """Llama 4 Maverick (128 experts): PP-out already wins at 2.8:1 and by more at 16:1."""
-    gains = []
+    """Llama 4 Maverick (128 experts) flips earlier than Mixtral (8): PP-out already wins at 1:1
+    (Mixtral's flip lies between 1:1 and 2.8:1), its lead grows with oversubscription and is the
+    larger of the two at every ratio.
+
+    Since the NCCL-faithful transport (issue 12) the 1:1 link at metro distance is itself
+    window-bound for Maverick's 400B-parameter gradient buckets, so its flip moved below 1:1
+    (when last measured: +2.3% at 1:1, +2.7% at 2.8:1, +14.4% at 16:1; Mixtral -0.5%, +0.4%,
+    +2.9%)."""
+    gains, mixtral = [], []
     for oversub in (1, 2.8, 16):
         dp, pp = placement_times("llama4-maverick", oversubscription=oversub)
         gains.append(dp / pp - 1)
-    assert gains[0] <= 0.001
-    assert gains[1] > 0 and gains[2] > gains[1] > gains[0]
+        dp, pp = placement_times("mixtral-8x7b", oversubscription=oversub)
+        mixtral.append(dp / pp - 1)
+    assert mixtral[0] <= 0.001 < gains[0]
+    assert gains[2] > gains[1] > gains[0]
+    assert all(g > m for g, m in zip(gains, mixtral))
 
 
 # (c) -------------------------------------------------------------------------------------------

@@ -56,6 +56,7 @@ def _by_proto(proto, table: dict, xp):
 _SLICES = {p: N.RING_SLOTS_PER_STEP[p] // N.RING_SLOTS_PER_SLICE[p] for p in (1, 2, 3)}
 _WINDOW = {p: N.in_flight_slices(p) for p in (1, 2, 3)}
 _CHUNK = {p: N.ring_chunk_data_bytes(p) for p in (1, 2, 3)}
+_SLOT = {p: N.slot_data_bytes(p) for p in (1, 2, 3)}
 
 
 def proto_consts(proto, buffer_bytes, xp=NUMPY):
@@ -126,28 +127,45 @@ def p2p_time(size_bytes, bw, a, channels, xp=NUMPY, ovh_scale=1.0):
     return xp.where(size_bytes > 0, t, 0.0)
 
 
+def tree_chunk(proto, bytes_per_channel, n, buffer_bytes, xp=NUMPY):
+    """Payload of one tree chunk, as ``collsim.tree_chunk_bytes`` (enqueue.cc): one slot; LL128
+    halves it while a channel has fewer than 64 (to <= 128 KiB), then 16 (to <= 32 KiB), chunks
+    per tree step (1 + log2 n + 0.1 steps). Halvings: the fewest that meet the count, capped by
+    the floor: ceil(log2(steps x m x c / D)) and ceil(log2(c / floor))."""
+    slot = xp.where(proto == N.PROTO_SIMPLE, buffer_bytes / N.NCCL_STEPS, _by_proto(proto, _SLOT, xp))
+    steps = 1.0 + xp.floor(xp.log2(xp.maximum(n, 1.0))) + 0.1
+    c = slot
+    for mult, floor in ((64.0, 131072.0), (16.0, 32768.0)):
+        need = xp.ceil(xp.log2(xp.maximum(steps * mult * c / xp.maximum(bytes_per_channel, 1.0), 1.0)))
+        cap = xp.ceil(xp.log2(xp.maximum(c / floor, 1.0)))
+        c = xp.where(proto == N.PROTO_LL128, c / xp.exp2(xp.minimum(need, cap)), c)
+    return c
+
+
 def tree_allreduce_time(size_bytes, n_in, n_x, bw_in, a_in, bw_x, a_x, proto, channels, buffer_bytes, xp=NUMPY,
                         ovh_scale=1.0):
-    """NCCL's double binary tree all-reduce (trees.cc, tuning.cc): up and down pipelined per
-    one-slot chunk. Depth: log2(n) levels of which ceil(log2 n_x) cross buildings; bandwidth
-    2 S / bw (each rank receives from two children and sends up, then the reverse); each
-    crossing edge keeps NCCL_STEPS chunks in flight."""
+    """NCCL's double binary tree all-reduce (trees.cc, ``runTreeSplit`` in all_reduce.h), as
+    ``collsim.simulate_tree_allreduce`` runs it: each tree half the data on half the channels,
+    reduce and broadcast pipelined per one-slot chunk. Per chunk a rank's connection carries 4
+    sends over the two trees (up, and down to two children, in the tree where it is interior;
+    up in the other): 2 s per chunk with s = its wire time at the full rate, plus the step
+    overhead. Latency: the root-to-leaf path with the most crossings (``collsim.tree_path``),
+    up and down; each crossing edge keeps NCCL_STEPS chunks in flight per round trip."""
+    from .collsim import tree_path
     n = n_in * n_x
-    chunk, _, _, pay, ovh = proto_consts(proto, buffer_bytes, xp)
+    _, _, _, pay, ovh = proto_consts(proto, buffer_bytes, xp)
     ovh = ovh * ovh_scale
-    chunk = chunk / _by_proto(proto, N.RING_SLOTS_PER_STEP, xp)          # one slot per tree chunk
+    channels = xp.maximum(channels, 2.0)             # at least one channel per tree (connect.cc doubles them)
     D = size_bytes / channels
-    G = xp.maximum(1.0, xp.ceil(D / chunk))
+    G = xp.maximum(1.0, xp.ceil(D / tree_chunk(proto, D, n, buffer_bytes, xp)))
     wire = D / G / pay
     spans = n_x > 1.0
-    lx = xp.where(spans, xp.ceil(xp.log2(xp.maximum(n_x, 1.0))), 0.0)
-    depth = xp.ceil(xp.log2(xp.maximum(n, 2.0)))
-    lin = xp.maximum(depth - lx, 0.0)
-    bw = xp.where(spans, xp.minimum(bw_in, bw_x), bw_in) / channels
-    s = wire / bw
+    lin, lx = xp.per_pair(tree_path, n_in, n_x)
+    s_in = 2.0 * wire * channels / bw_in
+    s_x = 2.0 * wire * channels / bw_x
     W = float(N.NCCL_STEPS)
-    p = xp.maximum(2.0 * (s + ovh), xp.where(spans, (s + ovh + 2.0 * a_x) / W, 0.0))
-    latency = 2.0 * (lin * (s + ovh + a_in) + lx * (s + ovh + a_x))
+    p = xp.maximum(s_in + ovh, xp.where(spans, xp.maximum(s_x + ovh, (s_x + ovh + 2.0 * a_x) / W), 0.0))
+    latency = 2.0 * (lin * (s_in + ovh + a_in) + lx * (s_x + ovh + a_x))
     t = latency + (G - 1.0) * p + ovh_scale * _by_proto(proto, N.TREE_BASE_LATENCY_s, xp)
     return xp.where((n > 1.0) & (size_bytes > 0), t, 0.0)
 

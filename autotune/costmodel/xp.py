@@ -46,6 +46,17 @@ class _Numpy:
         return table[np.asarray(idx, dtype=np.int64)]
 
     @staticmethod
+    def per_pair(fn, a, b, n_out=2):
+        """fn(int a, int b) -> tuple of n_out numbers, once per distinct (a, b) pair of the rows
+        (fn is a cached lookup such as a tree's shape); a tuple of per-row arrays."""
+        a, b = np.broadcast_arrays(np.asarray(a, dtype=np.int64), np.asarray(b, dtype=np.int64))
+        if a.size == 0:
+            return tuple(np.zeros(a.shape) for _ in range(n_out))
+        pairs, inv = np.unique(np.stack([a.ravel(), b.ravel()], axis=1), axis=0, return_inverse=True)
+        table = np.array([fn(int(x), int(y)) for x, y in pairs], dtype=np.float64)
+        return tuple(table[inv.ravel(), j].reshape(a.shape) for j in range(table.shape[1]))
+
+    @staticmethod
     def on_rows(mask, fn, *args):
         """fn(*args) evaluated only on the rows where ``mask`` holds; a tuple of full-length arrays,
         0 elsewhere. Saves the work of formulas a row does not use (a DDP row needs no
@@ -120,6 +131,10 @@ class _Scalar:
     @staticmethod
     def take_table(table, idx):
         return float(table[int(idx)])
+
+    @staticmethod
+    def per_pair(fn, a, b, n_out=2):
+        return tuple(float(v) for v in fn(int(a), int(b)))
 
     @staticmethod
     def on_rows(mask, fn, *args):
