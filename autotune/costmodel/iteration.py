@@ -51,9 +51,15 @@ def evaluate_batch(scenario: Scenario, batch: dict, params: CostParams | None = 
     n = len(batch["tp"])
     if n <= CHUNK_ROWS:
         return _public(iteration_formulas(scenario, batch, p, NUMPY), n)
-    parts = [_public(iteration_formulas(scenario, {k: v[i:i + CHUNK_ROWS] for k, v in batch.items()}, p, NUMPY),
-                     min(CHUNK_ROWS, n - i)) for i in range(0, n, CHUNK_ROWS)]
-    return {k: np.concatenate([q[k] for q in parts]) for k in parts[0]}
+    out: dict = {}
+    for i in range(0, n, CHUNK_ROWS):
+        part = _public(iteration_formulas(scenario, {k: v[i:i + CHUNK_ROWS] for k, v in batch.items()}, p, NUMPY),
+                       min(CHUNK_ROWS, n - i))
+        for k, v in part.items():
+            if k not in out:
+                out[k] = np.empty(n, dtype=v.dtype)
+            out[k][i:i + len(v)] = v
+    return out
 
 
 def _public(out: dict, n: int) -> dict:
@@ -71,7 +77,8 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
     overlap = f(batch["overlap_dp"]) > 0
     lb, lr, coll, proto = (batch[x] for x in ("xb_load_balancing", "xb_loss_recovery", "collective", "nccl_protocol"))
     qp, ch = f(batch["xb_queue_pairs"]), f(batch["nccl_channels"])
-    buf = f(batch["nccl_buffer_mib"]) * 2.0**20
+    buf_mib = f(batch["nccl_buffer_mib"])
+    buf = buf_mib * 2.0**20
     bucket_mib = f(batch["dp_bucket_mib"])
     bucket = xp.where(bucket_mib > 0, bucket_mib * 2.0**20, C.DEFAULT_BUCKET_BYTES)
 
@@ -90,19 +97,32 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
     # ---- cross-building goodput per connection, for two concurrency patterns ----
     # a collective's connection has ``ch`` channels (each its own QPs and buffer); send/recv
     # (PP, CP, EP) opens NCCL's P2P channel count per peer
+    transport_rows = xp.group_rows(tuple(batch[x] for x in ("xb_load_balancing", "xb_loss_recovery", "xb_queue_pairs",
+                                                            "nccl_channels", "nccl_buffer_mib")))
+
     def xb_bw(flows, channels, cap):
-        return effective_bandwidth_Bps(lb, qp, lr, flows, k.x_uplink_Bps, k.nic_Bps, k.x_paths,
-                                       k.x_rtt_s, k.x_loss, k.x_mtu, k.net_eff, channels, cap, k.x_rto_s, xp)
+        """Per-row goodput; where ``flows`` is one number the same for every row it depends on
+        the transport knobs only and is computed once per distinct setting (xp.by_key)."""
+        def f(lb_, qp_, lr_, flows_, channels_, cap_):
+            return effective_bandwidth_Bps(lb_, qp_, lr_, flows_, k.x_uplink_Bps, k.nic_Bps, k.x_paths,
+                                           k.x_rtt_s, k.x_loss, k.x_mtu, k.net_eff, channels_, cap_, k.x_rto_s, xp)
+        if np.ndim(flows):
+            return f(lb, qp, lr, flows, channels, cap)
+        return xp.by_group(transport_rows, f, lb, qp, lr, flows, channels, cap)
+
     def xb_stall(channels, cap):
         """Round-trip stretch of a window-bound crossing connection under loss (it does not
         depend on how many connections share the link)."""
         if k.x_loss <= 0.0 or k.x_rtt_s <= 0.0:
             return 1.0
-        return recovery_stall(lb, qp, lr, k.x_rtt_s, k.x_loss, k.x_mtu, channels, cap, k.x_rto_s, xp)
+
+        def f(lb_, qp_, lr_, channels_, cap_):
+            return recovery_stall(lb_, qp_, lr_, k.x_rtt_s, k.x_loss, k.x_mtu, channels_, cap_, k.x_rto_s, xp)
+        return xp.by_group(transport_rows, f, lb, qp, lr, channels, cap)
     ch_p2p = float(N.p2p_channels(k.nic_Bps))
     p2p_window = ch_p2p * N.NCCL_STEPS * N.P2P_NET_CHUNK_BYTES
-    bw_x_all = xb_bw(xp.full_like(tp, k.G_b), ch, ch * buf)   # every GPU of the building crosses at once
-    bw_x_p2p = xb_bw(xp.full_like(tp, k.G_b), ch_p2p, p2p_window)
+    bw_x_all = xb_bw(float(k.G_b), ch, ch * buf)   # every GPU of the building crosses at once
+    bw_x_p2p = xb_bw(float(k.G_b), ch_p2p, p2p_window)
     # NCCL_STEPS chunks per round trip, each round trip stretched by loss recovery
     stall_x_p2p = xb_stall(ch_p2p, p2p_window)
     stall_coll = xb_stall(ch, ch * buf)

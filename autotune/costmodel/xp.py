@@ -12,6 +12,10 @@ import math
 import numpy as np
 
 
+BY_KEY_MAX_TABLE = 1 << 16
+"""Largest key range ``by_key`` tabulates directly; beyond it fn runs on every row."""
+
+
 class _Numpy:
     where = staticmethod(np.where)
     logical_not = staticmethod(np.logical_not)
@@ -46,15 +50,73 @@ class _Numpy:
         return table[np.asarray(idx, dtype=np.int64)]
 
     @staticmethod
+    def group_rows(cols):
+        """The rows grouped by the values of the key columns ``cols`` (whole numbers >= 0), for
+        ``by_group``: (key per row, first row of each key, key range or None when sorted), or
+        None where a column is not whole (then ``by_group`` runs on every row). Built once and
+        shared by every term that depends on the same few knobs."""
+        n = max(np.size(c) for c in cols)
+        if n == 0:
+            return None
+        key = np.zeros(n, dtype=np.int64)
+        span = 1
+        for c in cols:
+            c = np.broadcast_to(np.asarray(c), (n,))
+            ci = c if c.dtype.kind in "iu" else c.astype(np.int64)
+            if (c.dtype.kind == "f" and not np.array_equal(ci, c)) or ci.min() < 0:
+                return None
+            width = int(ci.max()) + 1
+            span *= width
+            if span > 1 << 62:
+                return None
+            key = key * width + ci
+        if span > BY_KEY_MAX_TABLE:                           # a sort instead of a table
+            _, rows, inv = np.unique(key, return_index=True, return_inverse=True)
+            return inv, rows, None
+        first = np.full(span, -1, dtype=np.int64)
+        first[key[::-1]] = np.arange(n - 1, -1, -1)         # the last write wins: each key's first row
+        present = np.flatnonzero(first >= 0)
+        return (key, present), first[present], span
+
+    @staticmethod
+    def by_group(group, fn, *args):
+        """fn(*args) computed once per group of ``group_rows`` and spread back to every row: for
+        a term that varies only with a few knobs (the cross-building goodput depends on load
+        balancing, queue pairs, loss recovery, channels and buffer, not on the other dozen).
+        The key columns must hold every per-row input of fn. Returns what fn returns."""
+        if group is None:
+            return fn(*args)
+        index, rows, span = group
+        n = len(index[0]) if span is not None else len(index)
+        res = fn(*(a[rows] if np.ndim(a) else a for a in args))
+
+        def spread(r):
+            if not np.ndim(r):
+                return np.full(n, r, dtype=np.float64)
+            if span is None:
+                return r[index]
+            table = np.zeros(span)
+            table[index[1]] = r
+            return table[index[0]]
+        return tuple(spread(r) for r in res) if isinstance(res, tuple) else spread(res)
+
+    @classmethod
+    def by_key(cls, cols, fn, *args):
+        """``by_group`` over ``group_rows(cols)``."""
+        return cls.by_group(cls.group_rows(cols), fn, *args)
+
+    @staticmethod
     def per_pair(fn, a, b, n_out=2):
         """fn(int a, int b) -> tuple of n_out numbers, once per distinct (a, b) pair of the rows
         (fn is a cached lookup such as a tree's shape); a tuple of per-row arrays."""
         a, b = np.broadcast_arrays(np.asarray(a, dtype=np.int64), np.asarray(b, dtype=np.int64))
         if a.size == 0:
             return tuple(np.zeros(a.shape) for _ in range(n_out))
-        pairs, inv = np.unique(np.stack([a.ravel(), b.ravel()], axis=1), axis=0, return_inverse=True)
-        table = np.array([fn(int(x), int(y)) for x, y in pairs], dtype=np.float64)
-        return tuple(table[inv.ravel(), j].reshape(a.shape) for j in range(table.shape[1]))
+
+        def table(x, y):
+            rows = np.array([fn(int(i), int(j)) for i, j in zip(x, y)], dtype=np.float64).reshape(len(x), n_out)
+            return tuple(rows[:, j] for j in range(n_out))
+        return _Numpy.by_key((a.ravel(), b.ravel()), table, a.ravel(), b.ravel())
 
     @staticmethod
     def on_rows(mask, fn, *args):
@@ -131,6 +193,18 @@ class _Scalar:
     @staticmethod
     def take_table(table, idx):
         return float(table[int(idx)])
+
+    @staticmethod
+    def group_rows(cols):
+        return None
+
+    @staticmethod
+    def by_group(group, fn, *args):
+        return fn(*args)
+
+    @staticmethod
+    def by_key(cols, fn, *args):
+        return fn(*args)
 
     @staticmethod
     def per_pair(fn, a, b, n_out=2):
