@@ -1,11 +1,12 @@
 """Closed-form collective and send/recv times (autotune/costmodel/collectives.py) against the
 chunk-level event simulation (autotune/costmodel/collsim.py), over a seeded sweep.
 
-    python experiments/collective_closed_form_check.py [--cases 250] [--seed 0] [--out FILE.json]
+    python experiments/collective_closed_form_check.py [--cases 300] [--seed 0] [--out FILE.json]
 
 Cases: ring all-reduce and all-gather over n_in in {8, 32, 128} ranks per building x {2, 4, 5}
-buildings, NCCL's double-binary-tree all-reduce, hierarchical all-reduce, and cross-building
-send/recv (an equal share of each); sizes 1 MB - 10 GB (log-uniform),
+buildings, NCCL's double-binary-tree all-reduce, NCCL's PAT all-gather (one rank per node,
+every rank crossing at once on its share of the uplink), hierarchical all-reduce, and
+cross-building send/recv (an equal share of each); sizes 1 MB - 10 GB (log-uniform),
 1 - 1,000 km of fibre, 1 - 16 channels, Simple and LL128. Prints median and max |error| per kind
 and overall, and the worst cases. Nothing here is fitted: both sides take the same inputs.
 """
@@ -22,9 +23,11 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from autotune.costmodel import nccl as N  # noqa: E402
-from autotune.costmodel.collectives import KIND_AG, KIND_AR, p2p_time, ring_time, tree_allreduce_time  # noqa: E402
+from autotune.costmodel.collectives import (KIND_AG, KIND_AR, p2p_time, pat_time, ring_time,  # noqa: E402
+                                           tree_allreduce_time)
 from autotune.costmodel.collsim import (RingHops, simulate_hierarchical_allreduce, simulate_p2p,  # noqa: E402
                                         simulate_ring, simulate_tree_allreduce)
+from autotune.costmodel.patsim import simulate_pat_allgather  # noqa: E402
 from autotune.specs.cluster import FIBRE_DELAY_S_PER_KM  # noqa: E402
 
 BW_IN_Bps = 50e9          # a rank's in-building connection (400 Gb/s NIC)
@@ -33,7 +36,7 @@ BW_X_Bps = 12.5e9         # its share of the oversubscribed cross-building uplin
 SWITCH_LAT_X_s = 10e-6
 
 
-KINDS = ("allreduce", "allgather", "tree", "hierarchical", "p2p")
+KINDS = ("allreduce", "allgather", "tree", "pat", "hierarchical", "p2p")
 
 
 def draw(rng, i: int) -> dict:
@@ -60,6 +63,13 @@ def one(case: dict) -> tuple[float, float]:
         inner = ring_time(KIND_AG, S, n_in, 1.0, BW_IN_Bps, LAT_IN_s, BW_IN_Bps, LAT_IN_s, p, ch, N.SIMPLE_BUFFER_BYTES_DEFAULT)
         across = ring_time(KIND_AR, S / n_in, 1.0, n_x, BW_X_Bps, a_x, BW_X_Bps, a_x, p, ch, N.SIMPLE_BUFFER_BYTES_DEFAULT)
         return sim, float(2 * inner + across)
+    if case["kind"] == "pat":              # every rank crosses at once: its share of the uplink
+        o_p = N.NET_STEP_OVERHEAD_s[N.PROTO_SIMPLE] / N.RING_SLOTS_PER_STEP[N.PROTO_SIMPLE]
+        bw_x = BW_X_Bps / n_in
+        sim = simulate_pat_allgather(S, n_in, n_x, BW_IN_Bps, LAT_IN_s, bw_x, a_x, o_p, ch,
+                                     base_latency_s=N.PAT_BASE_LATENCY_s)
+        cf, _ = pat_time(KIND_AG, S, n_in, n_x, BW_IN_Bps, LAT_IN_s, bw_x, a_x, ch, N.SIMPLE_BUFFER_BYTES_DEFAULT)
+        return sim, float(cf)
     if case["kind"] == "tree":
         sim = simulate_tree_allreduce(S, n_in, n_x, BW_IN_Bps, LAT_IN_s, BW_X_Bps, a_x, o, o, p, ch,
                                       base_latency_s=N.TREE_BASE_LATENCY_s[p])
@@ -74,7 +84,7 @@ def one(case: dict) -> tuple[float, float]:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--cases", type=int, default=250)
+    ap.add_argument("--cases", type=int, default=300)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, default=None, help="write every case as JSON")
     a = ap.parse_args(argv)

@@ -164,10 +164,69 @@ def tree_allreduce_time(size_bytes, n_in, n_x, bw_in, a_in, bw_x, a_x, proto, ch
     s_in = 2.0 * wire * channels / bw_in
     s_x = 2.0 * wire * channels / bw_x
     W = float(N.NCCL_STEPS)
-    p = xp.maximum(s_in + ovh, xp.where(spans, xp.maximum(s_x + ovh, (s_x + ovh + 2.0 * a_x) / W), 0.0))
+    p_ser = xp.maximum(s_in + ovh, xp.where(spans, s_x + ovh, 0.0))
+    cycle = xp.where(spans, s_x + ovh + 2.0 * a_x, s_in + ovh + 2.0 * a_in)
     latency = 2.0 * (lin * (s_in + ovh + a_in) + lx * (s_x + ovh + a_x))
-    t = latency + (G - 1.0) * p + ovh_scale * _by_proto(proto, N.TREE_BASE_LATENCY_s, xp)
+    # after the first chunk: serialisation, or one round trip per W chunks once the window binds
+    t = latency + _window_bound(G, W, p_ser, cycle, xp) - p_ser + ovh_scale * _by_proto(proto, N.TREE_BASE_LATENCY_s, xp)
     return xp.where((n > 1.0) & (size_bytes > 0), t, 0.0)
+
+
+def pat_time(kind, size_bytes, n_in, n_x, bw_in, a_in, bw_x, a_x, channels, buffer_bytes, xp=NUMPY, ovh_scale=1.0):
+    """(seconds, cross-building bytes per member) of NCCL's PAT all-gather / reduce-scatter
+    (``patsim``: the op stream of PatAGAlgorithm, reduce-scatter its time reverse) of
+    ``size_bytes`` of output (input) per member; one rank per node. ``bw_x`` is a member's
+    crossing rate when every member crosses at once: PAT's high dimensions all do.
+
+    Per channel a rank block of C = S / (n c) moves in R = ceil(C / chunk) rounds (chunk: 512 KiB,
+    halved while 32 (16) chunks exceed the channel's share, to 64 KiB); blocks smaller than half a
+    step are packed P to a message (``aggFactor``). On dimension d (distance 2^d) a rank sends
+    n_d = floor((n - 1 - 2^d) / 2^(d+1)) + 1 blocks per round in ceil(n_d / P) messages. A rank's
+    ops run in order, so rounds do not overlap:
+    T = max(R (serialisation of a round + path latency), R x chain, window + chain), with the
+    path crossing buildings floor(log2 n_x) + 1 times (what the simulation's op stream gives with
+    latency alone, for 2-32 ranks per building and 2-5 buildings), and each dimension's
+    NCCL_STEPS slots per round trip. Fitted to no
+    measurement; checked against the simulation (experiments/collective_closed_form_check.py)."""
+    n = n_in * n_x
+    n1 = xp.maximum(n, 2.0)
+    o = ovh_scale * N.NET_STEP_OVERHEAD_s[N.PROTO_SIMPLE] / N.RING_SLOTS_PER_STEP[N.PROTO_SIMPLE]
+    spans = n_x > 1.0
+    slot = buffer_bytes / N.NCCL_STEPS
+    share = xp.maximum(size_bytes / channels, 1.0)
+    mult = 32.0 if kind == KIND_AG else 16.0
+    halvings = xp.minimum(xp.ceil(xp.log2(xp.maximum(slot * mult / share, 1.0))),
+                          xp.ceil(xp.log2(xp.maximum(slot / 65536.0, 1.0))))
+    chunk = slot / xp.exp2(halvings)
+    C = xp.maximum(xp.round(size_bytes / (n1 * channels)), 1.0)      # whole bytes, as the simulation
+    R = xp.maximum(1.0, xp.ceil(C / chunk))
+    piece = C / R
+    # aggFactor: doubled while a step holds two more blocks, up to the first power of 2 >= n / 2
+    P = xp.minimum(xp.where(slot / C >= 2.0, xp.exp2(xp.floor(xp.log2(slot / (2.0 * C))) + 1.0), 1.0),
+                   xp.exp2(xp.ceil(xp.log2(xp.maximum(xp.floor(n1 / 2.0), 1.0)))))
+    D = xp.ceil(xp.log2(n1))
+    bw_d = xp.where(spans, bw_x, bw_in) / channels
+    a_d = xp.where(spans, a_x, a_in)
+    W = float(N.NCCL_STEPS)
+    ser = win = x_blocks = 0.0
+    n_max = float(np.max(n1)) if np.size(n1) else 2.0
+    for d in range(int(np.ceil(np.log2(max(n_max, 2.0))))):
+        step = float(1 << d)
+        live = step < n1
+        nd = xp.where(live, xp.floor((n1 - 1.0 - step) / (2.0 * step)) + 1.0, 0.0)
+        msgs = xp.ceil(nd / P)
+        ser = ser + msgs * o + nd * piece / bw_d
+        G = msgs * R
+        cyc = 2.0 * a_d + P * piece / bw_d + o
+        win = xp.maximum(win, xp.maximum(xp.ceil(G / W) - 1.0, 0.0) * cyc)
+        x_blocks = x_blocks + xp.where(spans, nd * xp.minimum(step / n_in, 1.0), 0.0)
+    lx = xp.where(spans, xp.minimum(D, xp.floor(xp.log2(xp.maximum(n_x, 1.0))) + 1.0), 0.0)
+    s_in, s_x = piece / (bw_in / channels), piece / (bw_x / channels)
+    lat = lx * a_x + (D - lx) * a_in
+    chain = lx * (a_x + s_x + o) + (D - lx) * (a_in + s_in + o)
+    t = ovh_scale * N.PAT_BASE_LATENCY_s + xp.maximum(xp.maximum(ser * R + R * lat, R * chain), win + chain)
+    live_all = (n > 1.0) & (size_bytes > 0)
+    return xp.where(live_all, t, 0.0), xp.where(live_all, x_blocks * size_bytes / n1, 0.0)
 
 
 def nccl_estimate(kind, algo_tree: bool, size_bytes, n, bw, proto, xp=NUMPY):
@@ -182,10 +241,19 @@ def nccl_estimate(kind, algo_tree: bool, size_bytes, n, bw, proto, xp=NUMPY):
     return lat + steps / n * size_bytes / (bw * _by_proto(proto, N.RING_BW_FACTOR, xp))
 
 
-def nccl_choice(kind, size_bytes, n, bw, allow_ll128=True, xp=NUMPY):
-    """What NCCL's tuner picks, by the smallest of its own estimates: (tree preferred, best
-    protocol for the tree, best protocol for the ring). Tree is a candidate for all-reduce only; LL128 only where
-    the hardware runs it."""
+def pat_estimate(size_bytes, n, bw, xp=NUMPY):
+    """NCCL's own estimate for PAT (tuning.cc): base + log2i(n) x interLat / 3.5 + n x 2.8 us,
+    plus S / (0.75 bw); distance-blind like the others."""
+    lat = N.PAT_BASE_LATENCY_s + xp.floor(xp.log2(xp.maximum(n, 1.0))) * N.PAT_PER_LOG2_RANK_LATENCY_s \
+        + n * N.PAT_PER_RANK_LATENCY_s
+    return lat + size_bytes / (bw * N.PAT_BW_FACTOR)
+
+
+def nccl_choice(kind, size_bytes, n, bw, allow_ll128=True, xp=NUMPY, pat_ok=False):
+    """What NCCL's tuner picks, by the smallest of its own estimates: (tree or PAT preferred,
+    best protocol for the tree, best protocol for the ring). Tree is a candidate for all-reduce
+    only; PAT (Simple) for all-gather / reduce-scatter where the communicator has one rank per
+    node (``pat_ok``); LL128 only where the hardware runs it."""
     protos = (N.PROTO_SIMPLE, N.PROTO_LL128, N.PROTO_LL) if allow_ll128 else (N.PROTO_SIMPLE, N.PROTO_LL)
 
     def best(tree):
@@ -200,19 +268,22 @@ def nccl_choice(kind, size_bytes, n, bw, allow_ll128=True, xp=NUMPY):
         return bt, bp
     ring_t, ring_p = best(False)
     if kind != KIND_AR:
-        return False, ring_p, ring_p
+        use_pat = (pat_ok > 0.5) & (pat_estimate(size_bytes, n, bw, xp) < ring_t)
+        return use_pat, xp.full_like(ring_t, float(N.PROTO_SIMPLE)), ring_p
     tree_t, tree_p = best(True)
     return tree_t < ring_t, tree_p, ring_p
 
 
 def collective(kind, algo, proto, size_bytes, n_in, n_x, bw_in, a_in, bw_x_ring, bw_x_all, a_x,
-               channels, buffer_bytes, allow_ll128=True, xp=NUMPY, ovh_scale=1.0, a_x_all=None):
+               channels, buffer_bytes, allow_ll128=True, xp=NUMPY, ovh_scale=1.0, a_x_all=None, pat_ok=False):
     """(seconds, bytes per member that cross a building boundary) for one all-reduce (KIND_AR) or
     all-gather / reduce-scatter (KIND_AG) of ``size_bytes`` per member, by algorithm code and
     protocol code (PROTO_AUTO: what NCCL's tuner picks for the algorithm that runs).
     bw_x_ring: a member's crossing rate when one connection per group crosses (ring, tree);
-    bw_x_all: when every member crosses at once (hierarchical's middle phase); a_x, a_x_all: the
-    crossing's one-way latency for each pattern (stretched by loss-recovery stalls).
+    bw_x_all: when every member crosses at once (hierarchical's middle phase, PAT); a_x, a_x_all:
+    the crossing's one-way latency for each pattern (stretched by loss-recovery stalls).
+    pat_ok: the group has one rank per node, so NCCL's tuner may run PAT for all-gather and
+    reduce-scatter (Simple protocol; under nccl_auto with protocol auto or simple).
 
     Cross-building bytes: a ring's n_x crossing connections each carry k/n of S: k/n S / n_in per
     member; a tree has n_x - 1 crossing edges per tree carrying S/2 up and S/2 down, two trees:
@@ -223,14 +294,20 @@ def collective(kind, algo, proto, size_bytes, n_in, n_x, bw_in, a_in, bw_x_ring,
     is_hier = (algo == COLL_HIER) & spans
     bw_sel = xp.where(spans, xp.minimum(bw_in, bw_x_ring), bw_in)
 
-    def choose(size, nn, bw):
-        use_t, p_t, p_r = nccl_choice(kind, size, nn, bw, allow_ll128, xp)
+    # PAT: only NCCL's own choice runs it, and only with the Simple protocol
+    pat_rows = (xp.logical_not(is_ar) & (algo == COLL_AUTO) & ((proto == 0) | (proto == N.PROTO_SIMPLE))
+                & (pat_ok + 0.0 * n_in > 0.5) & (n > 1.0)) if not is_ar else False
+
+    def choose(size, nn, bw, pok):
+        use_t, p_t, p_r = nccl_choice(kind, size, nn, bw, allow_ll128, xp, pok)
         return xp.where(use_t, 1.0, 0.0), p_t, p_r
     choose.n_out = 3
     # NCCL's tuner runs only where something is left to it (protocol auto or collective nccl_auto)
-    auto_tree, tree_p, ring_p = xp.on_rows((proto == 0) | (algo == COLL_AUTO), choose, size_bytes, n, bw_sel)
+    auto_tree, tree_p, ring_p = xp.on_rows((proto == 0) | (algo == COLL_AUTO), choose, size_bytes, n, bw_sel,
+                                           xp.where(pat_rows, 1.0, 0.0) + 0.0 * n_in)
     auto_tree = auto_tree > 0.5
     use_tree = (xp.where(algo == COLL_AUTO, auto_tree, algo == COLL_TREE) & xp.logical_not(is_hier)) if is_ar else False
+    use_pat = (auto_tree & pat_rows & xp.logical_not(is_hier)) if not is_ar else False
     # protocol: forced, else NCCL's best for the algorithm that actually runs
     p_run = xp.where(proto > 0, proto, xp.where(use_tree, tree_p, ring_p))
 
@@ -253,10 +330,17 @@ def collective(kind, algo, proto, size_bytes, n_in, n_x, bw_in, a_in, bw_x_ring,
 
     def args(bwx, ax_):
         return (size_bytes, n_in, n_x, bw_in, a_in, bwx, ax_, p_run, channels, buffer_bytes)
-    plain = (xp.logical_not(is_hier) & xp.logical_not(use_tree)) if is_ar else xp.logical_not(is_hier)
+    def pat(size, ni, nx, bwi, ai, bwx, ax, p, chn, buf):
+        return pat_time(kind, size, ni, nx, bwi, ai, bwx, ax, chn, buf, xp, ovh_scale)
+
+    plain = (xp.logical_not(is_hier) & xp.logical_not(use_tree)) if is_ar else \
+        (xp.logical_not(is_hier) & xp.logical_not(use_pat))
     t, x = xp.on_rows(plain, ring, *args(bw_x_ring, a_x))
     t_h, x_h = xp.on_rows(is_hier, hier, *args(bw_x_all, a_all))
     t, x = t + t_h, x + x_h
+    if not is_ar:
+        t_p, x_p = xp.on_rows(use_pat, pat, *args(bw_x_all, a_all))
+        t, x = t + t_p, x + x_p
     if is_ar:
         t_t, x_t = xp.on_rows(use_tree, tree, *args(bw_x_ring, a_x))
         t, x = t + t_t, x + x_t

@@ -217,18 +217,20 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
     units = xp.ceil(Ls / k.fsdp_unit_layers)
     one = xp.full_like(tp, 1.0)
 
-    def dp_group(g, n_in, n_x, bw_in, a_in, bw_ring, ax_ring):
+    def dp_group(g, n_in, n_x, bw_in, a_in, bw_ring, ax_ring, stride):
         """(time, cross-building bytes) per step of the collectives each DP flavour runs, each
         evaluated only on the rows of that flavour: DDP all-reduce; ZeRO-1 and FSDP
         reduce-scatter (all-gathers cost the same); HSDP reduce-scatter inside and all-reduce of
-        the shard across."""
+        the shard across. Members ``stride`` GPUs apart: at least a node apart, the group has one
+        rank per node and NCCL may run PAT for its all-gathers and reduce-scatters."""
+        pat_ok = xp.where(stride >= k.node, 1.0, 0.0) + 0.0 * g
         nb = xp.maximum(1.0, xp.ceil(g / bucket))
         calls = xp.where(is_fsdp | is_hsdp, units, nb)
         c = g / calls
 
-        def run(kind, cl, size, ni, nx, bwi, ai, bwr, bwxa, al, pr, chn, bf, axr, axa):
+        def run(kind, cl, size, ni, nx, bwi, ai, bwr, bwxa, al, pr, chn, bf, axr, axa, pok):
             t, x = collective(kind, al, pr, size, ni, nx, bwi, ai, bwr, bwxa, axr, chn, bf, k.ll128, xp,
-                              p.nccl_overhead_scale, axa)
+                              p.nccl_overhead_scale, axa, pok)
             return cl * t, cl * x
 
         def ddp(cl, *a):
@@ -237,25 +239,25 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
         def shard(cl, *a):
             return run(KIND_AG, cl, *a)
 
-        def hsdp(cl, size, ni, nx, bwi, ai, bwr, bwxa, al, pr, chn, bf, axr, axa):
+        def hsdp(cl, size, ni, nx, bwi, ai, bwr, bwxa, al, pr, chn, bf, axr, axa, pok):
             one_ = xp.full_like(ni, 1.0)
-            t_in, _ = run(KIND_AG, cl, size, ni, one_, bwi, ai, bwr, bwxa, al, pr, chn, bf, axr, axa)
-            t_x, x_x = run(KIND_AR, cl, size / ni, one_, nx, bwi, ai, bwxa, bwxa, al, pr, chn, bf, axa, axa)
+            t_in, _ = run(KIND_AG, cl, size, ni, one_, bwi, ai, bwr, bwxa, al, pr, chn, bf, axr, axa, pok)
+            t_x, x_x = run(KIND_AR, cl, size / ni, one_, nx, bwi, ai, bwxa, bwxa, al, pr, chn, bf, axa, axa, pok)
             return t_in, t_x, x_x
         hsdp.n_out = 3
         a = (calls, c, n_in + 0.0 * c, n_x + 0.0 * c, bw_in + 0.0 * c, a_in + 0.0 * c, bw_ring + 0.0 * c,
-             bw_x_all, coll, proto, ch, buf, ax_ring + 0.0 * c, ax_all + 0.0 * c)
+             bw_x_all, coll, proto, ch, buf, ax_ring + 0.0 * c, ax_all + 0.0 * c, pat_ok)
         ar_, xar_ = xp.on_rows(fl == F_DDP, ddp, *a)
         rs_, xrs_ = xp.on_rows((fl == F_ZERO1) | is_fsdp, shard, *a)
         rs_in_, hs_x_, hxs_ = xp.on_rows(is_hsdp, hsdp, *a)
         return ar_, xar_, rs_, xrs_, rs_in_, hs_x_, hxs_, calls
 
     ar, xar, rs, xrs, rs_in, hs_x, hxs, calls_d = dp_group(g_d, n_in_d, b_dp, bw_d_in, a_d_in, bw_d_ring,
-                                                           ax_all)
+                                                           ax_all, tp)
     if k.experts:
         bw_e_in, a_e_in = tier_of_span(k, tp * ep * n_in_e, xp)
         bw_e_ring = xb_bw(k.G_b / n_in_e, ch, ch * buf)
-        e_terms = dp_group(g_e, n_in_e, x_exp, bw_e_in, a_e_in, bw_e_ring, ax_all)
+        e_terms = dp_group(g_e, n_in_e, x_exp, bw_e_in, a_e_in, bw_e_ring, ax_all, tp * ep)
         ar, xar, rs, xrs, rs_in, hs_x, hxs = (u + v for u, v in zip((ar, xar, rs, xrs, rs_in, hs_x, hxs), e_terms[:7]))
         calls_d = calls_d + e_terms[7]          # the expert group's buckets / units are calls too
     if p.dp_collective_scale != 1.0:            # 0 must give 0 even where a time is infinite

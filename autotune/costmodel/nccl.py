@@ -55,6 +55,14 @@ RING_NVLINK_STEP_LATENCY_s = {PROTO_LL: 0.6e-6, PROTO_LL128: 1.9e-6, PROTO_SIMPL
 TREE_BASE_LATENCY_s = {PROTO_LL: 6.8e-6, PROTO_LL128: 14.0e-6, PROTO_SIMPLE: 8.4e-6}
 TREE_NET_STEP_LATENCY_s = {PROTO_LL: 5.0e-6, PROTO_LL128: 8.5e-6, PROTO_SIMPLE: 14.0e-6}
 
+# tuning.cc, PAT (all-gather / reduce-scatter, Simple only, one GPU per node): baseLat 8.0 us,
+# latency log2i(nNodes) x interLat / 3.5 + nRanks x 2.8 us with interLat = hwLat[NET][TREE][SIMPLE],
+# bandwidth 0.75 x the bus bandwidth and no (n-1)/n factor
+PAT_BASE_LATENCY_s = 8.0e-6
+PAT_PER_LOG2_RANK_LATENCY_s = 14.0e-6 / 3.5
+PAT_PER_RANK_LATENCY_s = 2.8e-6
+PAT_BW_FACTOR = 0.75
+
 # tuning.cc bandwidth factors: the share of the per-channel bus bandwidth a protocol realises
 RING_BW_FACTOR = {PROTO_SIMPLE: 1.0, PROTO_LL128: 0.92, PROTO_LL: 0.5}
 TREE_BW_FACTOR = {PROTO_SIMPLE: 0.92, PROTO_LL128: 0.92 * 120.0 / 128.0, PROTO_LL: 0.92 / 3.8}

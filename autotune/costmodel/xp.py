@@ -116,7 +116,8 @@ class _Numpy:
         def table(x, y):
             rows = np.array([fn(int(i), int(j)) for i, j in zip(x, y)], dtype=np.float64).reshape(len(x), n_out)
             return tuple(rows[:, j] for j in range(n_out))
-        return _Numpy.by_key((a.ravel(), b.ravel()), table, a.ravel(), b.ravel())
+        out = _Numpy.by_key((a.ravel(), b.ravel()), table, a.ravel(), b.ravel())
+        return tuple(np.reshape(o, a.shape) for o in out)
 
     @staticmethod
     def on_rows(mask, fn, *args):
