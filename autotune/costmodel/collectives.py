@@ -32,6 +32,8 @@ Algorithms (only what a real library runs; NCCL has no halving-doubling):
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from . import nccl as N
@@ -59,13 +61,22 @@ _CHUNK = {p: N.ring_chunk_data_bytes(p) for p in (1, 2, 3)}
 _SLOT = {p: N.slot_data_bytes(p) for p in (1, 2, 3)}
 
 
+_CONSTS = np.array([[0.0, 0.0, 0.0, 0.0, 0.0]] + [[_CHUNK[c], _SLICES[c], _WINDOW[c], N.PAYLOAD_FRACTION[c],
+                                                     N.NET_STEP_OVERHEAD_s[c]] for c in (1, 2, 3)])
+_CONSTS[0] = _CONSTS[N.PROTO_SIMPLE]                 # auto resolves before use; never read
+_CONSTS_T = np.ascontiguousarray(_CONSTS.T)
+
+
 def proto_consts(proto, buffer_bytes, xp=NUMPY):
     """(chunk payload per ring step, slices per step, slices in flight, payload fraction,
-    per-step network overhead) per row; Simple's chunk follows NCCL_BUFFSIZE."""
+    per-step network overhead) per row; Simple's chunk follows NCCL_BUFFSIZE. One gather for all
+    five (numpy)."""
     simple_chunk = buffer_bytes / N.NCCL_STEPS * N.RING_SLOTS_PER_STEP[N.PROTO_SIMPLE]
-    chunk = xp.where(proto == N.PROTO_SIMPLE, simple_chunk, _by_proto(proto, _CHUNK, xp))
-    return (chunk, _by_proto(proto, _SLICES, xp), _by_proto(proto, _WINDOW, xp),
-            _by_proto(proto, N.PAYLOAD_FRACTION, xp), _by_proto(proto, N.NET_STEP_OVERHEAD_s, xp))
+    if xp is NUMPY and np.ndim(proto):
+        chunk, nsl, W, pay, ovh = _CONSTS_T[:, np.asarray(proto, dtype=np.int64)]
+    else:
+        chunk, nsl, W, pay, ovh = (xp.take_table(_CONSTS_T[i], proto) for i in range(5))
+    return xp.where(proto == N.PROTO_SIMPLE, simple_chunk, chunk), nsl, W, pay, ovh
 
 
 def _window_bound(G, W, p_ser, cycle, xp):
@@ -172,6 +183,29 @@ def tree_allreduce_time(size_bytes, n_in, n_x, bw_in, a_in, bw_x, a_x, proto, ch
     return xp.where((n > 1.0) & (size_bytes > 0), t, 0.0)
 
 
+def _pat_sums(n1, P, n_in, xp):
+    """Over PAT's dimensions d (distance 2^d < n), with n_d = floor((n - 1 - 2^d) / 2^(d+1)) + 1
+    blocks a rank sends on d: (messages sum_d ceil(n_d / P), messages on dimension 0, blocks
+    that cross buildings per rank on average, sum_d n_d min(2^d / n_in, 1))."""
+    if xp is NUMPY:
+        n1 = np.asarray(n1, dtype=float)
+        dmax = int(np.ceil(np.log2(max(float(n1.max()), 2.0)))) if n1.size else 1
+        step = np.exp2(np.arange(dmax, dtype=float)).reshape((-1,) + (1,) * n1.ndim)
+        nd = np.where(step < n1, np.floor((n1 - 1.0 - step) / (2.0 * step)) + 1.0, 0.0)
+        msgs = np.ceil(nd / P)
+        return msgs.sum(axis=0), msgs[0], (nd * np.minimum(step / n_in, 1.0)).sum(axis=0)
+    msgs = x_blocks = msgs0 = 0.0
+    d = 0
+    while (1 << d) < n1:
+        step = float(1 << d)
+        nd = math.floor((n1 - 1.0 - step) / (2.0 * step)) + 1.0
+        m = math.ceil(nd / P)
+        msgs0 = m if d == 0 else msgs0
+        msgs, x_blocks = msgs + m, x_blocks + nd * min(step / n_in, 1.0)
+        d += 1
+    return msgs, msgs0, x_blocks
+
+
 def pat_time(kind, size_bytes, n_in, n_x, bw_in, a_in, bw_x, a_x, channels, buffer_bytes, xp=NUMPY, ovh_scale=1.0):
     """(seconds, cross-building bytes per member) of NCCL's PAT all-gather / reduce-scatter
     (``patsim``: the op stream of PatAGAlgorithm, reduce-scatter its time reverse) of
@@ -208,18 +242,11 @@ def pat_time(kind, size_bytes, n_in, n_x, bw_in, a_in, bw_x, a_x, channels, buff
     bw_d = xp.where(spans, bw_x, bw_in) / channels
     a_d = xp.where(spans, a_x, a_in)
     W = float(N.NCCL_STEPS)
-    ser = win = x_blocks = 0.0
-    n_max = float(np.max(n1)) if np.size(n1) else 2.0
-    for d in range(int(np.ceil(np.log2(max(n_max, 2.0))))):
-        step = float(1 << d)
-        live = step < n1
-        nd = xp.where(live, xp.floor((n1 - 1.0 - step) / (2.0 * step)) + 1.0, 0.0)
-        msgs = xp.ceil(nd / P)
-        ser = ser + msgs * o + nd * piece / bw_d
-        G = msgs * R
-        cyc = 2.0 * a_d + P * piece / bw_d + o
-        win = xp.maximum(win, xp.maximum(xp.ceil(G / W) - 1.0, 0.0) * cyc)
-        x_blocks = x_blocks + xp.where(spans, nd * xp.minimum(step / n_in, 1.0), 0.0)
+    msgs, msgs0, x_blocks = _pat_sums(n1, P, n_in, xp)
+    x_blocks = xp.where(spans, x_blocks, 0.0)
+    ser = msgs * o + (n1 - 1.0) * piece / bw_d                # every rank sends n - 1 blocks
+    # dimension 0 carries the most messages, and every dimension the same cycle: its window binds
+    win = xp.maximum(xp.ceil(msgs0 * R / W) - 1.0, 0.0) * (2.0 * a_d + P * piece / bw_d + o)
     lx = xp.where(spans, xp.minimum(D, xp.floor(xp.log2(xp.maximum(n_x, 1.0))) + 1.0), 0.0)
     s_in, s_x = piece / (bw_in / channels), piece / (bw_x / channels)
     lat = lx * a_x + (D - lx) * a_in

@@ -74,7 +74,7 @@ class _Numpy:
             _, rows, inv = np.unique(key, return_index=True, return_inverse=True)
             return inv, rows, None
         first = np.full(span, -1, dtype=np.int64)
-        first[key[::-1]] = np.arange(n - 1, -1, -1)         # the last write wins: each key's first row
+        first[key] = np.arange(n)                             # some row of each key (the last write wins)
         present = np.flatnonzero(first >= 0)
         return (key, present), first[present], span
 
