@@ -1,13 +1,17 @@
 """Parse a configuration from the command line ("tp=8,pp=16,placement=dp_out") or a YAML file."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import yaml
 from pydantic import ValidationError
 
 from .errors import UserInputError, from_pydantic
-from .specs.config import CATEGORICAL, FIELDS, INTEGER, Config
+from .specs.config import CATEGORICAL, FIELDS, INTEGER, MAX_DEGREE, Config
+from .yamlsafe import load_text, read_file
+
+_DIGITS = re.compile(r"-?[0-9]+")
 
 
 def parse_config_text(text: str) -> dict:
@@ -17,10 +21,8 @@ def parse_config_text(text: str) -> dict:
     p = Path(text)
     if text.endswith((".yaml", ".yml", ".json")):
         try:
-            data = yaml.safe_load(p.read_bytes().decode("utf-8"))
-        except OSError as e:
-            raise UserInputError("--config", text, f"a readable YAML file ({e.strerror})") from None
-        except (UnicodeDecodeError, yaml.YAMLError):
+            data = load_text(read_file(p, "--config"), "--config", text)
+        except yaml.YAMLError:
             raise UserInputError("--config", text, "a UTF-8 YAML mapping of configuration fields") from None
         if isinstance(data, dict) and isinstance(data.get("best_config"), dict):
             data = data["best_config"]
@@ -39,10 +41,9 @@ def parse_config_text(text: str) -> dict:
         if key not in FIELDS:
             raise UserInputError(f"config.{key}", val, "a field among " + ", ".join(FIELDS))
         if key in INTEGER:
-            try:
-                out[key] = int(val)
-            except ValueError:
-                raise UserInputError(f"config.{key}", val, "an integer") from None
+            if not _DIGITS.fullmatch(val):      # int() would take '1_000' and non-ASCII digits
+                raise UserInputError(f"config.{key}", val, "an integer written with the digits 0-9")
+            out[key] = int(val)
         else:
             if val not in CATEGORICAL[key]:
                 raise UserInputError(f"config.{key}", val, "one of " + ", ".join(CATEGORICAL[key]))
@@ -60,8 +61,8 @@ def make_config(fields: dict, n_gpus: int) -> Config:
         denom = 1
         for k in ("tp", "cp", "pp"):
             v = fields.get(k, 1)
-            if not isinstance(v, int) or v < 1:
-                raise UserInputError(f"config.{k}", v, "a positive integer")
+            if not isinstance(v, int) or isinstance(v, bool) or not 1 <= v <= MAX_DEGREE:
+                raise UserInputError(f"config.{k}", v, f"an integer from 1 to {MAX_DEGREE}")
             denom *= v
         if n_gpus % denom:
             raise UserInputError("config.dp", None, f"tp*cp*pp ({denom}) must divide the {n_gpus} GPUs")

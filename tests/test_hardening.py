@@ -575,3 +575,49 @@ def test_good_templates_are_still_accepted(scen, tmp_path):
     b = CommandBackend(template=f"{JSON_LINE}; echo {{tp}} \"{{model}}\" '{{placement}}' $(echo {{pp}}) > {out} # {{tp}}")
     assert not b.measure(scen, Config()).failed
     assert out.read_text().strip() == "1 llama3-8b dp_out 1"
+
+
+# ---- issue 17 item 10 and part of items 4-5: numbers, duplicate keys, nesting, aliases, file size --------
+@pytest.mark.parametrize("value,needle", [("4611686018427387904", "less than or equal"), ("1_000", "digits 0-9"),
+                                          ("\u0668", "digits 0-9"), ("8.0", "digits 0-9")])
+def test_integer_knobs_are_bounded_and_ascii(value, needle):
+    code, _, err = run(["evaluate", *SCEN, "--config", f"tp=8,micro_batch={value}"])
+    assert_one_line_error(code, err, "config.micro_batch", needle)
+
+
+def test_huge_parallel_degree_is_refused_before_any_product_overflows():
+    code, _, err = run(["evaluate", *SCEN, "--config", f"tp={1 << 40}"])
+    assert_one_line_error(code, err, "config.tp")
+
+
+def scenario_text(extra: str = "") -> str:
+    return "model: llama3-8b\ncluster: metro-2bldg\n" + extra
+
+
+@pytest.mark.parametrize("text,needle", [
+    (scenario_text("model: llama3-70b\n"), "duplicate keys ('model' twice, line 3)"),
+    ("model: " + "[" * 300 + "]" * 300 + "\ncluster: metro-2bldg\n", "nested at most"),
+    ("a: &a [x,x,x,x,x,x,x,x,x,x]\nb: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a,*a]\nc: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b,*b]\n"
+     "d: &d [*c,*c,*c,*c,*c,*c,*c,*c,*c,*c]\ne: &e [*d,*d,*d,*d,*d,*d,*d,*d,*d,*d]\n" + scenario_text(), "100,000 nodes"),
+])
+def test_scenario_yaml_limits_are_one_line_errors(tmp_path, text, needle):
+    f = tmp_path / "s.yaml"
+    f.write_text(text)
+    t0 = time.perf_counter()
+    code, _, err = run(["evaluate", "--scenario", str(f), "--config", "tp=8"])
+    assert_one_line_error(code, err, "--scenario", needle)
+    assert time.perf_counter() - t0 < 10
+
+
+def test_scenario_file_over_the_size_limit_is_refused_unread(tmp_path):
+    f = tmp_path / "big.yaml"
+    f.write_text(scenario_text() + "# " + "x" * (1 << 20) + "\n")
+    code, _, err = run(["evaluate", "--scenario", str(f), "--config", "tp=8"])
+    assert_one_line_error(code, err, "--scenario", "at most 1024 KiB")
+
+
+def test_configuration_file_with_duplicate_keys_is_refused(tmp_path):
+    f = tmp_path / "c.yaml"
+    f.write_text("tp: 8\npp: 2\ntp: 4\n")
+    code, _, err = run(["evaluate", *SCEN, "--config", str(f)])
+    assert_one_line_error(code, err, "--config", "'tp' twice")

@@ -84,7 +84,7 @@ class ClusterSpec(BaseModel):
 
     name: str = "custom"
     buildings: tuple[BuildingSpec, ...] = Field(min_length=1, max_length=64)
-    zone_gpus: int = Field(default=1 << 22, gt=0, description="GPUs per zone (pod) inside a building")
+    zone_gpus: int = Field(default=1 << 22, gt=0, le=1 << 22, description="GPUs per zone (pod) inside a building")
     scale_out: TierSpec
     cross_zone: TierSpec | None = None
     cross_building: TierSpec | None = None

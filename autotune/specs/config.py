@@ -38,22 +38,27 @@ INTEGER = ("tp", "cp", "ep", "pp", "dp", "pp_chunks", "micro_batch", "overlap_dp
 FIELDS = INTEGER + tuple(CATEGORICAL)
 
 
+MAX_DEGREE = 1 << 22
+"""Largest parallel degree accepted: the most GPUs a cluster may have (ClusterSpec bounds a
+building's GPUs by the same number); larger values would overflow int64 products downstream."""
+
+
 class Config(BaseModel):
     """One training configuration. Degrees multiply to the GPU count: tp*cp*pp*dp = N;
     ep groups ranks of the data-parallel dimension (ep divides dp), as in Megatron-Core."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    tp: int = Field(default=1, ge=1, description="tensor_parallel_degree (with sequence parallelism)")
-    cp: int = Field(default=1, ge=1, description="context_parallel_degree")
-    ep: int = Field(default=1, ge=1, description="expert_parallel_degree (divides dp)")
-    pp: int = Field(default=1, ge=1, description="pipeline_parallel_degree")
-    dp: int = Field(default=1, ge=1, description="data_parallel degree (replicate x shard)")
+    tp: int = Field(default=1, ge=1, le=MAX_DEGREE, description="tensor_parallel_degree (with sequence parallelism)")
+    cp: int = Field(default=1, ge=1, le=MAX_DEGREE, description="context_parallel_degree")
+    ep: int = Field(default=1, ge=1, le=MAX_DEGREE, description="expert_parallel_degree (divides dp)")
+    pp: int = Field(default=1, ge=1, le=MAX_DEGREE, description="pipeline_parallel_degree")
+    dp: int = Field(default=1, ge=1, le=MAX_DEGREE, description="data_parallel degree (replicate x shard)")
     placement: Literal[PLACEMENTS] = "dp_out"
     dp_flavour: Literal[DP_FLAVOURS] = "fsdp"
     pp_schedule: Literal[PP_SCHEDULES] = "1f1b"
-    pp_chunks: int = Field(default=1, ge=1, description="model chunks per pipeline rank (v)")
-    micro_batch: int = Field(default=1, ge=1, description="sequences per micro-batch")
+    pp_chunks: int = Field(default=1, ge=1, le=1024, description="model chunks per pipeline rank (v)")
+    micro_batch: int = Field(default=1, ge=1, le=1 << 24, description="sequences per micro-batch")
     recompute: Literal[RECOMPUTE] = "none"
     overlap_dp: int = Field(default=1, ge=0, le=1, description="overlap DP communication with compute")
     xb_load_balancing: Literal[LOAD_BALANCING] = "ecmp"

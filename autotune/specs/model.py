@@ -35,8 +35,8 @@ class ModelSpec(BaseModel):
     moe_shared_experts: int = Field(default=0, ge=0, le=64)
     moe_ffn_hidden: int = Field(default=0, ge=0, le=1 << 22)
     moe_layer_step: int = Field(default=1, ge=1, le=64)
-    first_k_dense: int = Field(default=0, ge=0)
-    default_global_batch_tokens: int = Field(default=1 << 22, gt=0)
+    first_k_dense: int = Field(default=0, ge=0, le=1 << 16)
+    default_global_batch_tokens: int = Field(default=1 << 22, gt=0, le=1 << 40)
     source: str = ""
 
     @field_validator("name")

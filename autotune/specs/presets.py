@@ -11,6 +11,7 @@ import yaml
 from pydantic import ValidationError
 
 from ..errors import UserInputError, from_pydantic
+from ..yamlsafe import load_text, read_file
 
 KINDS = ("models", "hardware", "clusters")
 _KIND_ALIASES = {"model": "models", "hardware": "hardware", "gpu": "hardware", "cluster": "clusters"}
@@ -52,7 +53,7 @@ def load_preset(kind: str, name: str):
 
 def _parse_scalar(text: str):
     try:
-        return yaml.safe_load(text)
+        return load_text(text, "--set", text)
     except yaml.YAMLError:
         return text
 
@@ -107,15 +108,9 @@ def _section(value, kind: str) -> dict:
 
 
 def read_scenario_file(path: str | Path) -> dict:
-    p = Path(path)
+    text = read_file(path, "--scenario")
     try:
-        raw = p.read_bytes()
-    except OSError as e:
-        raise UserInputError("--scenario", str(path), f"a readable YAML file ({e.strerror})") from None
-    try:
-        data = yaml.safe_load(raw.decode("utf-8"))
-    except UnicodeDecodeError:
-        raise UserInputError("--scenario", str(path), "a UTF-8 text file") from None
+        data = load_text(text, "--scenario", str(path))
     except yaml.YAMLError as e:
         line = getattr(getattr(e, "problem_mark", None), "line", None)
         where = f" (line {line + 1})" if line is not None else ""
