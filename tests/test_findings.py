@@ -59,20 +59,21 @@ def test_a_large_dense_models_are_a_near_tie_between_placements(model):
 # (b) -------------------------------------------------------------------------------------------
 @pytest.mark.slow
 def test_b_moe_prefers_pp_out_once_cross_building_bandwidth_is_scarce():
-    """MoE (Mixtral, 8 experts; Maverick's 128 in the next test): DP-out wins
-    or ties at 1:1; PP-out wins once the link is 16:1 oversubscribed, and its lead grows."""
+    """MoE (Mixtral, 8 experts; Maverick's 128 in the next test): the placements tie at 1:1
+    (within 0.5%: PP-out was 0.27% ahead when last measured, after NCCL's tree and PAT; DP-out
+    0.46% ahead before them); PP-out wins once the link is 16:1 oversubscribed, and its lead grows."""
     dp1, pp1 = placement_times("mixtral-8x7b", oversubscription=1)
     dp16, pp16 = placement_times("mixtral-8x7b", oversubscription=16)
-    assert dp1 <= pp1 * 1.001
+    assert abs(dp1 / pp1 - 1) <= 0.005
     assert pp16 < dp16
     assert dp16 / pp16 > dp1 / pp1
 
 
 @pytest.mark.slow
 def test_b_many_experts_flip_earlier_and_further():
-    """Llama 4 Maverick (128 experts) flips earlier than Mixtral (8): PP-out already wins at 1:1
-    (Mixtral's flip lies between 1:1 and 2.8:1), its lead grows with oversubscription and is the
-    larger of the two at every ratio.
+    """Llama 4 Maverick (128 experts) flips earlier than Mixtral (8): PP-out already wins clearly at
+    1:1 (Mixtral ties there, within 0.5%), its lead grows with oversubscription and is the larger of
+    the two at every ratio.
 
     Since the NCCL-faithful transport (issue 12) the 1:1 link at metro distance is itself
     window-bound for Maverick's 400B-parameter gradient buckets, so its flip moved below 1:1
@@ -84,7 +85,7 @@ def test_b_many_experts_flip_earlier_and_further():
         gains.append(dp / pp - 1)
         dp, pp = placement_times("mixtral-8x7b", oversubscription=oversub)
         mixtral.append(dp / pp - 1)
-    assert mixtral[0] <= 0.001 < gains[0]
+    assert mixtral[0] <= 0.005 < gains[0]
     assert gains[2] > gains[1] > gains[0]
     assert all(g > m for g, m in zip(gains, mixtral))
 
