@@ -21,7 +21,8 @@ FREE_BANDWIDTH_Bps = 1e30
 
 
 def free_network(scen: Scenario) -> Scenario:
-    """The same scenario with a network that costs nothing: unbounded bandwidth, zero latency and loss."""
+    """The same scenario with a network that costs nothing: unbounded bandwidth (and no per-link
+    rate cap), zero latency and loss."""
     c = scen.cluster
     gpus = tuple(b.model_copy(update={"gpu": b.gpu.model_copy(update={
         "nvlink_bandwidth_Bps": FREE_BANDWIDTH_Bps, "nvlink_latency_s": 0.0, "nic_bandwidth_Bps": FREE_BANDWIDTH_Bps})})
@@ -29,7 +30,8 @@ def free_network(scen: Scenario) -> Scenario:
 
     def free(t):
         return None if t is None else t.model_copy(update={"bandwidth_Bps": FREE_BANDWIDTH_Bps, "latency_s": 0.0,
-                                                            "distance_km": 0.0, "loss_rate": 0.0, "oversubscription": 1.0})
+                                                            "distance_km": 0.0, "loss_rate": 0.0, "oversubscription": 1.0,
+                                                            "link_Bps": None})
     cl = c.model_copy(update={"buildings": gpus, "scale_out": free(c.scale_out), "cross_zone": free(c.cross_zone),
                               "cross_building": free(c.cross_building), "cross_region": free(c.cross_region)})
     return scen.model_copy(update={"cluster": cl})
@@ -39,7 +41,8 @@ def transport_free(scen: Scenario) -> Scenario:
     """The same scenario with the tier between buildings unbounded, without latency or loss."""
     c = scen.cluster
     upd = {k: getattr(c, k).model_copy(update={"bandwidth_Bps": FREE_BANDWIDTH_Bps, "latency_s": 0.0,
-                                                 "distance_km": 0.0, "loss_rate": 0.0, "oversubscription": 1.0})
+                                                 "distance_km": 0.0, "loss_rate": 0.0, "oversubscription": 1.0,
+                                                 "link_Bps": None})
            for k in ("cross_building", "cross_region") if getattr(c, k) is not None}
     return scen.model_copy(update={"cluster": c.model_copy(update=upd)}) if upd else scen
 
