@@ -22,12 +22,13 @@ its hop latencies: that holds for unbounded buffers only.
 
 Algorithms (only what a real library runs; NCCL has no halving-doubling):
 - ring (NCCL): all-reduce 2(n-1) steps, all-gather / reduce-scatter n-1;
-- tree (NCCL double binary tree, all-reduce only; all-gather / reduce-scatter fall back to ring):
-  a chain inside each node group and a binary tree over the rest; only the top ceil(log2 n_x)
-  levels cross buildings; 2 S / bw with the crossing edge's window bound; one-slot chunks;
+- tree (NCCL double binary tree, all-reduce only): one rank per node, the worst root-to-leaf path
+  of NCCL's own trees (``collsim.tree_path``: ceil(log2 n_x) + 1 crossings); 2 S / bw with the
+  crossing edge's window bound; one-slot chunks;
+- PAT (NCCL, all-gather / reduce-scatter, Simple, one rank per node; ``pat_time``, ``patsim``);
 - hierarchical (HSDP, NCCLX-style, as frameworks build it): reduce-scatter inside, an all-reduce
   of the 1/n_in shard across buildings by every rank at once, all-gather inside;
-- nccl_auto: NCCL's tuner choice between ring and tree by its own estimate, which never sees
+- nccl_auto: NCCL's tuner choice among ring, tree and PAT by its own estimate, which never sees
   distance (the network plugin reports latency 0; ``nccl.py``).
 """
 from __future__ import annotations
