@@ -196,7 +196,7 @@ def _messages(nranks: int, chunk: int, size: int):
             e = op.recv_dim
             wait = (e, where[(e, op.block - (1 << e), op.rnd)])
         out.append((send, wait, op.recv_dim if op.post_recv else -1))
-    return out, dict(sent)
+    return out
 
 
 def simulate_pat_allgather(size_bytes: float, n_in: int, n_x: int, bw_in: float, lat_in: float, bw_x: float,
@@ -211,7 +211,7 @@ def simulate_pat_allgather(size_bytes: float, n_in: int, n_x: int, bw_in: float,
     per_rank = size_bytes / n / channels                            # one block of one channel
     chunk = pat_chunk_bytes(True, size_bytes / channels)
     size = max(1, int(round(per_rank)))
-    plan, _ = _messages(n, min(chunk, size), size)
+    plan = _messages(n, min(chunk, size), size)
     W = N.NCCL_STEPS
     ranks = np.arange(n)
     bld = ranks // n_in
