@@ -229,7 +229,7 @@ def pat_time(kind, size_bytes, n_in, n_x, bw_in, a_in, bw_x, a_x, channels, buff
     spans = n_x > 1.0
     slot = buffer_bytes / N.NCCL_STEPS
     share = xp.maximum(size_bytes / channels, 1.0)
-    mult = 32.0 if kind == KIND_AG else 16.0
+    mult = xp.where(kind == KIND_AG, 32.0, 16.0)
     halvings = xp.minimum(xp.ceil(xp.log2(xp.maximum(slot * mult / share, 1.0))),
                           xp.ceil(xp.log2(xp.maximum(slot / 65536.0, 1.0))))
     chunk = slot / xp.exp2(halvings)
@@ -281,7 +281,7 @@ def nccl_choice(kind, size_bytes, n, bw, allow_ll128=True, xp=NUMPY, pat_ok=Fals
     """What NCCL's tuner picks, by the smallest of its own estimates: (tree or PAT preferred,
     best protocol for the tree, best protocol for the ring). Tree is a candidate for all-reduce
     only; PAT (Simple) for all-gather / reduce-scatter where the communicator has one rank per
-    node (``pat_ok``); LL128 only where the hardware runs it."""
+    node (``pat_ok``); LL128 only where the hardware runs it. ``kind`` may differ per row."""
     protos = (N.PROTO_SIMPLE, N.PROTO_LL128, N.PROTO_LL) if allow_ll128 else (N.PROTO_SIMPLE, N.PROTO_LL)
 
     def best(tree):
@@ -295,18 +295,28 @@ def nccl_choice(kind, size_bytes, n, bw, allow_ll128=True, xp=NUMPY, pat_ok=Fals
                 bt, bp = xp.where(better, t, bt), xp.where(better, float(p), bp)
         return bt, bp
     ring_t, ring_p = best(False)
-    if kind != KIND_AR:
-        use_pat = (pat_ok > 0.5) & (pat_estimate(size_bytes, n, bw, xp) < ring_t)
-        return use_pat, xp.full_like(ring_t, float(N.PROTO_SIMPLE)), ring_p
+    simple = xp.full_like(ring_t, float(N.PROTO_SIMPLE))
+    if _all(kind, KIND_AG):
+        return (pat_ok > 0.5) & (pat_estimate(size_bytes, n, bw, xp) < ring_t), simple, ring_p
     tree_t, tree_p = best(True)
-    return tree_t < ring_t, tree_p, ring_p
+    if _all(kind, KIND_AR):
+        return tree_t < ring_t, tree_p, ring_p
+    use_pat = (pat_ok > 0.5) & (pat_estimate(size_bytes, n, bw, xp) < ring_t)
+    is_ar = kind == KIND_AR
+    return xp.where(is_ar, tree_t < ring_t, use_pat), xp.where(is_ar, tree_p, simple), ring_p
+
+
+def _all(kind, value) -> bool:
+    """Every row's kind is ``value`` (a number, or an array of one value)."""
+    return bool(np.all(np.asarray(kind) == value))
 
 
 def collective(kind, algo, proto, size_bytes, n_in, n_x, bw_in, a_in, bw_x_ring, bw_x_all, a_x,
                channels, buffer_bytes, allow_ll128=True, xp=NUMPY, ovh_scale=1.0, a_x_all=None, pat_ok=False):
     """(seconds, bytes per member that cross a building boundary) for one all-reduce (KIND_AR) or
     all-gather / reduce-scatter (KIND_AG) of ``size_bytes`` per member, by algorithm code and
-    protocol code (PROTO_AUTO: what NCCL's tuner picks for the algorithm that runs).
+    protocol code (PROTO_AUTO: what NCCL's tuner picks for the algorithm that runs). ``kind``
+    may differ per row, so one call serves a batch of mixed collectives.
     bw_x_ring: a member's crossing rate when one connection per group crosses (ring, tree);
     bw_x_all: when every member crosses at once (hierarchical's middle phase, PAT); a_x, a_x_all:
     the crossing's one-way latency for each pattern (stretched by loss-recovery stalls).
@@ -318,58 +328,62 @@ def collective(kind, algo, proto, size_bytes, n_in, n_x, bw_in, a_in, bw_x_ring,
     2 (n_x - 1) S / n; hierarchical: a ring of n_x over the S / n_in shard."""
     n = n_in * n_x
     spans = n_x > 1.0
+    only_ar, only_ag = _all(kind, KIND_AR), _all(kind, KIND_AG)
+    kind = kind + 0.0 * n_in                         # per-row, so every argument can be subset
     is_ar = kind == KIND_AR
     is_hier = (algo == COLL_HIER) & spans
     bw_sel = xp.where(spans, xp.minimum(bw_in, bw_x_ring), bw_in)
 
     # PAT: only NCCL's own choice runs it, and only with the Simple protocol
-    pat_rows = (xp.logical_not(is_ar) & (algo == COLL_AUTO) & ((proto == 0) | (proto == N.PROTO_SIMPLE))
-                & (pat_ok + 0.0 * n_in > 0.5) & (n > 1.0)) if not is_ar else False
+    pat_rows = False if only_ar else (xp.logical_not(is_ar) & (algo == COLL_AUTO)
+                                      & ((proto == 0) | (proto == N.PROTO_SIMPLE))
+                                      & (pat_ok + 0.0 * n_in > 0.5) & (n > 1.0))
 
-    def choose(size, nn, bw, pok):
-        use_t, p_t, p_r = nccl_choice(kind, size, nn, bw, allow_ll128, xp, pok)
+    def choose(kd, size, nn, bw, pok):
+        use_t, p_t, p_r = nccl_choice(kd, size, nn, bw, allow_ll128, xp, pok)
         return xp.where(use_t, 1.0, 0.0), p_t, p_r
     choose.n_out = 3
     # NCCL's tuner runs only where something is left to it (protocol auto or collective nccl_auto)
-    auto_tree, tree_p, ring_p = xp.on_rows((proto == 0) | (algo == COLL_AUTO), choose, size_bytes, n, bw_sel,
+    auto_tree, tree_p, ring_p = xp.on_rows((proto == 0) | (algo == COLL_AUTO), choose, kind, size_bytes, n, bw_sel,
                                            xp.where(pat_rows, 1.0, 0.0) + 0.0 * n_in)
     auto_tree = auto_tree > 0.5
-    use_tree = (xp.where(algo == COLL_AUTO, auto_tree, algo == COLL_TREE) & xp.logical_not(is_hier)) if is_ar else False
-    use_pat = (auto_tree & pat_rows & xp.logical_not(is_hier)) if not is_ar else False
+    not_hier = xp.logical_not(is_hier)
+    use_tree = False if only_ag else (xp.where(algo == COLL_AUTO, auto_tree, algo == COLL_TREE) & not_hier & is_ar)
+    use_pat = False if only_ar else (auto_tree & pat_rows & not_hier)
     # protocol: forced, else NCCL's best for the algorithm that actually runs
     p_run = xp.where(proto > 0, proto, xp.where(use_tree, tree_p, ring_p))
 
-    def ring(size, ni, nx, bwi, ai, bwx, ax, p, chn, buf):
-        t = ring_time(kind, size, ni, nx, bwi, ai, bwx, ax, p, chn, buf, xp, ovh_scale)
-        return t, xp.where(nx > 1.0, kind * (ni * nx - 1.0) / (ni * nx) * size / ni, 0.0)
+    def ring(kd, size, ni, nx, bwi, ai, bwx, ax, p, chn, buf):
+        t = ring_time(kd, size, ni, nx, bwi, ai, bwx, ax, p, chn, buf, xp, ovh_scale)
+        return t, xp.where(nx > 1.0, kd * (ni * nx - 1.0) / (ni * nx) * size / ni, 0.0)
 
-    def tree(size, ni, nx, bwi, ai, bwx, ax, p, chn, buf):
+    def tree(kd, size, ni, nx, bwi, ai, bwx, ax, p, chn, buf):
         t = tree_allreduce_time(size, ni, nx, bwi, ai, bwx, ax, p, chn, buf, xp, ovh_scale)
         return t, 2.0 * (nx - 1.0) * size / (ni * nx)
 
-    def hier(size, ni, nx, bwi, ai, bwx, ax, p, chn, buf):
+    def hier(kd, size, ni, nx, bwi, ai, bwx, ax, p, chn, buf):
         one = xp.full_like(ni, 1.0)
         inner = ring_time(KIND_AG, size, ni, one, bwi, ai, bwi, ai, p, chn, buf, xp, ovh_scale)
-        across = ring_time(kind, size / ni, one, nx, bwx, ax, bwx, ax, p, chn, buf, xp, ovh_scale)
-        return inner * (2.0 if is_ar else 1.0) + across, kind * (nx - 1.0) / nx * size / ni
+        across = ring_time(kd, size / ni, one, nx, bwx, ax, bwx, ax, p, chn, buf, xp, ovh_scale)
+        return inner * xp.where(kd == KIND_AR, 2.0, 1.0) + across, kd * (nx - 1.0) / nx * size / ni
 
-    a_x = a_x + 0.0 * n_in                          # per-row arrays, so every argument can be subset
+    def pat(kd, size, ni, nx, bwi, ai, bwx, ax, p, chn, buf):
+        return pat_time(kd, size, ni, nx, bwi, ai, bwx, ax, chn, buf, xp, ovh_scale)
+
+    a_x = a_x + 0.0 * n_in
     a_all = a_x if a_x_all is None else a_x_all + 0.0 * n_in
 
     def args(bwx, ax_):
-        return (size_bytes, n_in, n_x, bw_in, a_in, bwx, ax_, p_run, channels, buffer_bytes)
-    def pat(size, ni, nx, bwi, ai, bwx, ax, p, chn, buf):
-        return pat_time(kind, size, ni, nx, bwi, ai, bwx, ax, chn, buf, xp, ovh_scale)
+        return (kind, size_bytes, n_in, n_x, bw_in, a_in, bwx, ax_, p_run, channels, buffer_bytes)
 
-    plain = (xp.logical_not(is_hier) & xp.logical_not(use_tree)) if is_ar else \
-        (xp.logical_not(is_hier) & xp.logical_not(use_pat))
+    plain = not_hier & xp.logical_not(use_tree) & xp.logical_not(use_pat)
     t, x = xp.on_rows(plain, ring, *args(bw_x_ring, a_x))
     t_h, x_h = xp.on_rows(is_hier, hier, *args(bw_x_all, a_all))
     t, x = t + t_h, x + x_h
-    if not is_ar:
+    if not only_ar:
         t_p, x_p = xp.on_rows(use_pat, pat, *args(bw_x_all, a_all))
         t, x = t + t_p, x + x_p
-    if is_ar:
+    if not only_ag:
         t_t, x_t = xp.on_rows(use_tree, tree, *args(bw_x_ring, a_x))
         t, x = t + t_t, x + x_t
     return t, x

@@ -14,19 +14,18 @@ from ..specs.config import CATEGORICAL, FIELDS
 from ..specs.scenario import Scenario
 from . import constants as C
 from . import nccl as N
-from .collectives import KIND_AG, KIND_AR, all_to_all_time, collective, p2p_time
-from .network import effective_bandwidth_Bps, recovery_stall
+from .collectives import all_to_all_time, p2p_time
 from .params import CostParams, default_params
 from .pipeline import (S_1F1B, S_DUALPIPEV, S_GPIPE, S_INTERLEAVED, S_ZBV, bubble_time, chain_hops,
                        in_flight_microbatches)
+from .terms import (F_DDP, F_FSDP, F_HSDP, F_ZERO1, P_CP_OUT, P_DP_OUT, P_EP_OUT, P_HYBRID,  # noqa: F401
+                    P_PP_OUT, Transport, dp_comm, layout)
 from .scenario_consts import FSDP_EVERY_PASS, FSDP_FORWARD, FSDP_NEVER, scenario_consts, tier_of_span
 from .xp import NUMPY, SCALAR
 
 if TYPE_CHECKING:
     from .result import Evaluation
 
-P_DP_OUT, P_PP_OUT, P_HYBRID, P_EP_OUT, P_CP_OUT = range(5)
-F_DDP, F_ZERO1, F_FSDP, F_HSDP = range(4)
 R_NONE, R_SELECTIVE, R_FULL = range(3)
 
 BREAKDOWN_KEYS = ("compute_s", "tp_comm_s", "cp_comm_s", "ep_comm_s", "pp_bubble_s", "pp_comm_s",
@@ -53,7 +52,8 @@ def evaluate_batch(scenario: Scenario, batch: dict, params: CostParams | None = 
         return _public(iteration_formulas(scenario, batch, p, NUMPY), n)
     out: dict = {}
     for i in range(0, n, CHUNK_ROWS):
-        part = _public(iteration_formulas(scenario, {k: v[i:i + CHUNK_ROWS] for k, v in batch.items()}, p, NUMPY),
+        sl = slice(i, i + CHUNK_ROWS)
+        part = _public(iteration_formulas(scenario, {k: v[sl] for k, v in batch.items()}, p, NUMPY),
                        min(CHUNK_ROWS, n - i))
         for k, v in part.items():
             if k not in out:
@@ -73,65 +73,28 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
     f = xp.asfloat
     tp, cp, ep, pp, dp = (f(batch[x]) for x in ("tp", "cp", "ep", "pp", "dp"))
     v, mb = f(batch["pp_chunks"]), f(batch["micro_batch"])
-    pl, fl, sc, rc = (batch[x] for x in ("placement", "dp_flavour", "pp_schedule", "recompute"))
+    fl, sc, rc = (batch[x] for x in ("dp_flavour", "pp_schedule", "recompute"))
     overlap = f(batch["overlap_dp"]) > 0
-    lb, lr, coll, proto = (batch[x] for x in ("xb_load_balancing", "xb_loss_recovery", "collective", "nccl_protocol"))
-    qp, ch = f(batch["xb_queue_pairs"]), f(batch["nccl_channels"])
-    buf_mib = f(batch["nccl_buffer_mib"])
-    buf = buf_mib * 2.0**20
-    bucket_mib = f(batch["dp_bucket_mib"])
-    bucket = xp.where(bucket_mib > 0, bucket_mib * 2.0**20, C.DEFAULT_BUCKET_BYTES)
 
     m = k.global_batch / (dp * mb)                   # micro-batches per step
     tok = mb * k.seq / cp                            # tokens per micro-batch on one GPU
     B = k.B
 
     # ---- which groups span buildings (placement) ----
-    b_pp = xp.where(pl == P_PP_OUT, B, xp.where(pl == P_HYBRID, k.b_pp_hybrid, 1.0))
-    b_dp = xp.where((pl == P_DP_OUT) | (pl == P_EP_OUT) | (pl == P_CP_OUT), B,
-                    xp.where(pl == P_HYBRID, k.b_dp_hybrid, 1.0))
-    x_exp = xp.where(pl == P_EP_OUT, 1.0, b_dp)
-    x_ep = xp.where(pl == P_EP_OUT, B, 1.0)
-    x_cp = xp.where(pl == P_CP_OUT, B, 1.0)
+    lay = layout(k, batch, xp)
+    b_pp, b_dp, x_exp, x_ep, x_cp = lay.b_pp, lay.b_dp, lay.x_exp, lay.x_ep, lay.x_cp
 
-    # ---- cross-building goodput per connection, for two concurrency patterns ----
-    # a collective's connection has ``ch`` channels (each its own QPs and buffer); send/recv
-    # (PP, CP, EP) opens NCCL's P2P channel count per peer
-    transport_rows = xp.group_rows(tuple(batch[x] for x in ("xb_load_balancing", "xb_loss_recovery", "xb_queue_pairs",
-                                                            "nccl_channels", "nccl_buffer_mib")))
-
-    def xb_bw(flows, channels, cap):
-        """Per-row goodput; where ``flows`` is one number the same for every row it depends on
-        the transport knobs only and is computed once per distinct setting (xp.by_key)."""
-        def f(lb_, qp_, lr_, flows_, channels_, cap_):
-            return effective_bandwidth_Bps(lb_, qp_, lr_, flows_, k.x_uplink_Bps, k.nic_Bps, k.x_paths,
-                                           k.x_rtt_s, k.x_loss, k.x_mtu, k.net_eff, channels_, cap_, k.x_rto_s, xp)
-        if np.ndim(flows):
-            return f(lb, qp, lr, flows, channels, cap)
-        return xp.by_group(transport_rows, f, lb, qp, lr, flows, channels, cap)
-
-    def xb_stall(channels, cap):
-        """Round-trip stretch of a window-bound crossing connection under loss (it does not
-        depend on how many connections share the link)."""
-        if k.x_loss <= 0.0 or k.x_rtt_s <= 0.0:
-            return 1.0
-
-        def f(lb_, qp_, lr_, channels_, cap_):
-            return recovery_stall(lb_, qp_, lr_, k.x_rtt_s, k.x_loss, k.x_mtu, channels_, cap_, k.x_rto_s, xp)
-        return xp.by_group(transport_rows, f, lb, qp, lr, channels, cap)
+    # ---- cross-building goodput per connection of send/recv (PP, CP, EP): NCCL's P2P channel
+    # count per peer, NCCL_STEPS chunks per round trip, each round trip stretched by loss recovery
+    t = Transport(k, batch, xp)
     ch_p2p = float(N.p2p_channels(k.nic_Bps))
     p2p_window = ch_p2p * N.NCCL_STEPS * N.P2P_NET_CHUNK_BYTES
-    bw_x_all = xb_bw(float(k.G_b), ch, ch * buf)   # every GPU of the building crosses at once
-    bw_x_p2p = xb_bw(float(k.G_b), ch_p2p, p2p_window)
-    # NCCL_STEPS chunks per round trip, each round trip stretched by loss recovery
-    stall_x_p2p = xb_stall(ch_p2p, p2p_window)
-    stall_coll = xb_stall(ch, ch * buf)
+    bw_x_p2p = t.goodput(float(k.G_b), ch_p2p, p2p_window)
+    stall_x_p2p = t.stall(ch_p2p, p2p_window)
     bw_x_p2p = xp.minimum(bw_x_p2p, p2p_window / (k.x_rtt_s * stall_x_p2p)) if k.x_rtt_s > 0 else bw_x_p2p
 
     # ---- compute per micro-batch on the bottleneck rank ----
-    Ls = xp.ceil(k.L / (pp * v)) * v                 # layers on the busiest rank (uneven split)
-    Ls_moe = Ls * k.moe_frac
-    Ls_dense = Ls - Ls_moe
+    Ls, Ls_dense, Ls_moe = lay.Ls, lay.Ls_dense, lay.Ls_moe
     # GEMM time summed per GEMM: each runs at the efficiency of its own shape (M tokens, K, N / tp)
     up_n = (k.mlp_mats - 1.0) * k.ffn / tp              # fused gate+up for SwiGLU
 
@@ -197,72 +160,13 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
     T_comp = t_f_comp + t_b_comp + t_w_comp
     T_mb = t_f + t_b + t_w
 
-    # ---- data parallel groups ----
-    P_dense = (Ls_dense * (k.attn_params + k.dense_mlp_params) + Ls_moe * k.moe_other_params) / tp \
-        + k.vocab * k.h / tp * xp.where(pp > 1, 1.0, 2.0)
-    P_exp = Ls_moe * k.experts * k.expert_params / (tp * ep)
+    # ---- data parallel groups (terms.dp_comm) ----
+    P_dense, P_exp = lay.P_dense, lay.P_exp
     n_d = dp * cp
     n_e = xp.maximum(dp * cp / ep, 1.0)
     n_in_d, n_in_e = n_d / b_dp, n_e / x_exp
-    bw_d_in, a_d_in = tier_of_span(k, tp * n_in_d, xp)
-    bw_d_ring = xb_bw(k.G_b / n_in_d, ch, ch * buf)
-    ax = k.x_alpha_s
-    ax_all = ax * stall_coll
-    g_d, g_e = P_dense * k.wire_bytes, P_exp * k.wire_bytes
-    # parameters are gathered and gradients reduced in the wire precision: same bytes (asserted in tests)
-    # Collectives per step: DDP / ZeRO-1 reduce per gradient bucket (dp_bucket_mib); FSDP / HSDP
-    # gather and reduce per unit (workload.fsdp_unit_layers layers). Each call pays its own
-    # start-up, ring steps and window; the bytes split evenly over the calls.
     is_fsdp, is_hsdp = fl == F_FSDP, fl == F_HSDP
-    units = xp.ceil(Ls / k.fsdp_unit_layers)
-    one = xp.full_like(tp, 1.0)
-
-    def dp_group(g, n_in, n_x, bw_in, a_in, bw_ring, ax_ring, stride):
-        """(time, cross-building bytes) per step of the collectives each DP flavour runs, each
-        evaluated only on the rows of that flavour: DDP all-reduce; ZeRO-1 and FSDP
-        reduce-scatter (all-gathers cost the same); HSDP reduce-scatter inside and all-reduce of
-        the shard across. Members ``stride`` GPUs apart: at least a node apart, the group has one
-        rank per node and NCCL may run PAT for its all-gathers and reduce-scatters."""
-        pat_ok = xp.where(stride >= k.node, 1.0, 0.0) + 0.0 * g
-        nb = xp.maximum(1.0, xp.ceil(g / bucket))
-        calls = xp.where(is_fsdp | is_hsdp, units, nb)
-        c = g / calls
-
-        def run(kind, cl, size, ni, nx, bwi, ai, bwr, bwxa, al, pr, chn, bf, axr, axa, pok):
-            t, x = collective(kind, al, pr, size, ni, nx, bwi, ai, bwr, bwxa, axr, chn, bf, k.ll128, xp,
-                              p.nccl_overhead_scale, axa, pok)
-            return cl * t, cl * x
-
-        def ddp(cl, *a):
-            return run(KIND_AR, cl, *a)
-
-        def shard(cl, *a):
-            return run(KIND_AG, cl, *a)
-
-        def hsdp(cl, size, ni, nx, bwi, ai, bwr, bwxa, al, pr, chn, bf, axr, axa, pok):
-            one_ = xp.full_like(ni, 1.0)
-            t_in, _ = run(KIND_AG, cl, size, ni, one_, bwi, ai, bwr, bwxa, al, pr, chn, bf, axr, axa, pok)
-            t_x, x_x = run(KIND_AR, cl, size / ni, one_, nx, bwi, ai, bwxa, bwxa, al, pr, chn, bf, axa, axa, pok)
-            return t_in, t_x, x_x
-        hsdp.n_out = 3
-        a = (calls, c, n_in + 0.0 * c, n_x + 0.0 * c, bw_in + 0.0 * c, a_in + 0.0 * c, bw_ring + 0.0 * c,
-             bw_x_all, coll, proto, ch, buf, ax_ring + 0.0 * c, ax_all + 0.0 * c, pat_ok)
-        ar_, xar_ = xp.on_rows(fl == F_DDP, ddp, *a)
-        rs_, xrs_ = xp.on_rows((fl == F_ZERO1) | is_fsdp, shard, *a)
-        rs_in_, hs_x_, hxs_ = xp.on_rows(is_hsdp, hsdp, *a)
-        return ar_, xar_, rs_, xrs_, rs_in_, hs_x_, hxs_, calls
-
-    ar, xar, rs, xrs, rs_in, hs_x, hxs, calls_d = dp_group(g_d, n_in_d, b_dp, bw_d_in, a_d_in, bw_d_ring,
-                                                           ax_all, tp)
-    if k.experts:
-        bw_e_in, a_e_in = tier_of_span(k, tp * ep * n_in_e, xp)
-        bw_e_ring = xb_bw(k.G_b / n_in_e, ch, ch * buf)
-        e_terms = dp_group(g_e, n_in_e, x_exp, bw_e_in, a_e_in, bw_e_ring, ax_all, tp * ep)
-        ar, xar, rs, xrs, rs_in, hs_x, hxs = (u + v for u, v in zip((ar, xar, rs, xrs, rs_in, hs_x, hxs), e_terms[:7]))
-        calls_d = calls_d + e_terms[7]          # the expert group's buckets / units are calls too
-    if p.dp_collective_scale != 1.0:            # 0 must give 0 even where a time is infinite
-        ar, rs, rs_in, hs_x = (xp.where(p.dp_collective_scale == 0.0, 0.0, x * p.dp_collective_scale)
-                               for x in (ar, rs, rs_in, hs_x))
+    ar, xar, rs, xrs, rs_in, hs_x, hxs, calls_d = dp_comm(k, p, batch, xp, t, lay)
 
     # FSDP/HSDP shard-group collectives (parameters and gradients move the same bytes), by the
     # workload's regather policy (WorkloadSpec.fsdp_regather):
@@ -292,10 +196,10 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
     s_pp = tok * k.h * k.wire_bytes / tp
     stage_gpus = k.G_b * b_pp / pp                   # GPUs of one stage inside one building
     bw_pp_in, a_pp_in = tier_of_span(k, 2 * stage_gpus, xp)
-    bw_pp_x = xb_bw(xp.maximum(stage_gpus, 1.0), ch_p2p, p2p_window)
+    bw_pp_x = t.goodput(xp.maximum(stage_gpus, 1.0), ch_p2p, p2p_window)
     t_p2p_in = s_pp / bw_pp_in + a_pp_in
     # across buildings: NCCL send/recv, 128 KiB chunks, NCCL_STEPS in flight per channel
-    ax_pp = ax * stall_x_p2p
+    ax_pp = k.x_alpha_s * stall_x_p2p
     t_p2p_x = p2p_time(s_pp, bw_pp_x, ax_pp, ch_p2p, xp, p.nccl_overhead_scale)
     bw_pp_x_eff = xp.minimum(bw_pp_x, p2p_window / (2.0 * ax_pp)) if k.x_rtt_s > 0 else bw_pp_x
     hops, xhops = chain_hops(sc, pp, v, b_pp, xp)

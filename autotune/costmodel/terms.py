@@ -1,0 +1,181 @@
+"""Named terms of the cost model that depend on a few knobs only, each a function of the
+scenario constants and the batch columns it reads.
+
+A term that reads few knobs can be computed once per distinct combination of them and spread
+back to every row (``evaluate_batch`` does this for the data-parallel term, the most expensive
+one); the scalar path calls the same functions on one row.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from . import constants as C
+from .collectives import KIND_AG, KIND_AR, collective
+from .network import effective_bandwidth_Bps, recovery_stall
+from .params import CostParams
+from .scenario_consts import ScenarioConsts, tier_of_span
+
+P_DP_OUT, P_PP_OUT, P_HYBRID, P_EP_OUT, P_CP_OUT = range(5)
+F_DDP, F_ZERO1, F_FSDP, F_HSDP = range(4)
+
+TRANSPORT_KNOBS = ("xb_load_balancing", "xb_loss_recovery", "xb_queue_pairs", "nccl_channels", "nccl_buffer_mib")
+
+DP_KNOBS = ("tp", "cp", "ep", "pp", "pp_chunks", "dp", "placement", "dp_flavour", "collective",
+            "nccl_protocol", "dp_bucket_mib") + TRANSPORT_KNOBS
+"""Every batch column the data-parallel term reads (``dp_comm`` sees only these)."""
+
+
+class Transport:
+    """The cross-building transport knobs of a batch and the rows grouped by them: goodput and
+    loss stalls depend on these five knobs (and a flow count), so they are computed once per
+    distinct setting."""
+
+    def __init__(self, k: ScenarioConsts, batch, xp):
+        self.k, self.xp = k, xp
+        self.lb, self.lr = batch["xb_load_balancing"], batch["xb_loss_recovery"]
+        self.qp, self.ch = xp.asfloat(batch["xb_queue_pairs"]), xp.asfloat(batch["nccl_channels"])
+        self.buf = xp.asfloat(batch["nccl_buffer_mib"]) * 2.0**20
+        self.rows = xp.group_rows(tuple(batch[x] for x in TRANSPORT_KNOBS))
+
+    def goodput(self, flows, channels, cap):
+        """Per-row cross-building goodput per connection (``network.effective_bandwidth_Bps``);
+        where ``flows`` is one number for every row it is computed once per transport setting."""
+        k, xp = self.k, self.xp
+
+        def f(lb_, qp_, lr_, flows_, channels_, cap_):
+            return effective_bandwidth_Bps(lb_, qp_, lr_, flows_, k.x_uplink_Bps, k.nic_Bps, k.x_paths,
+                                           k.x_rtt_s, k.x_loss, k.x_mtu, k.net_eff, channels_, cap_, k.x_rto_s, xp)
+        if np.ndim(flows):
+            return f(self.lb, self.qp, self.lr, flows, channels, cap)
+        return xp.by_group(self.rows, f, self.lb, self.qp, self.lr, flows, channels, cap)
+
+    def stall(self, channels, cap):
+        """Round-trip stretch of a window-bound crossing connection under loss
+        (``network.recovery_stall``; it does not depend on how many connections share the link)."""
+        k, xp = self.k, self.xp
+        if k.x_loss <= 0.0 or k.x_rtt_s <= 0.0:
+            return 1.0
+
+        def f(lb_, qp_, lr_, channels_, cap_):
+            return recovery_stall(lb_, qp_, lr_, k.x_rtt_s, k.x_loss, k.x_mtu, channels_, cap_, k.x_rto_s, xp)
+        return xp.by_group(self.rows, f, self.lb, self.qp, self.lr, channels, cap)
+
+
+def layers_on_rank(k: ScenarioConsts, pp, v, xp):
+    """(all, dense, MoE) layers on the busiest pipeline rank: ceil(L / (pp v)) v (uneven split)."""
+    Ls = xp.ceil(k.L / (pp * v)) * v
+    Ls_moe = Ls * k.moe_frac
+    return Ls, Ls - Ls_moe, Ls_moe
+
+
+def stage_params(k: ScenarioConsts, tp, ep, pp, Ls_dense, Ls_moe, xp):
+    """(dense, expert) parameters one GPU holds before any data-parallel sharding: its layers'
+    share over TP (experts over TP x EP), plus the embedding and head (both on one rank at pp 1)."""
+    P_dense = (Ls_dense * (k.attn_params + k.dense_mlp_params) + Ls_moe * k.moe_other_params) / tp \
+        + k.vocab * k.h / tp * xp.where(pp > 1, 1.0, 2.0)
+    P_exp = Ls_moe * k.experts * k.expert_params / (tp * ep)
+    return P_dense, P_exp
+
+
+def building_spans(k: ScenarioConsts, pl, xp):
+    """Buildings spanned by (pp, dense dp, expert dp, ep, cp) groups under each placement."""
+    B = k.B
+    b_pp = xp.where(pl == P_PP_OUT, B, xp.where(pl == P_HYBRID, k.b_pp_hybrid, 1.0))
+    b_dp = xp.where((pl == P_DP_OUT) | (pl == P_EP_OUT) | (pl == P_CP_OUT), B,
+                    xp.where(pl == P_HYBRID, k.b_dp_hybrid, 1.0))
+    x_exp = xp.where(pl == P_EP_OUT, 1.0, b_dp)
+    x_ep = xp.where(pl == P_EP_OUT, B, 1.0)
+    x_cp = xp.where(pl == P_CP_OUT, B, 1.0)
+    return b_pp, b_dp, x_exp, x_ep, x_cp
+
+
+class Layout(NamedTuple):
+    """Where a configuration puts layers, parameters and buildings (``layout``)."""
+    Ls: object; Ls_dense: object; Ls_moe: object      # layers on the busiest rank
+    P_dense: object; P_exp: object                   # parameters per GPU before DP sharding
+    b_pp: object; b_dp: object; x_exp: object; x_ep: object; x_cp: object   # building_spans
+
+
+def layout(k: ScenarioConsts, batch, xp) -> Layout:
+    """``layers_on_rank``, ``stage_params`` and ``building_spans`` of the rows."""
+    f = xp.asfloat
+    tp, ep, pp, v = (f(batch[x]) for x in ("tp", "ep", "pp", "pp_chunks"))
+    Ls, Ls_dense, Ls_moe = layers_on_rank(k, pp, v, xp)
+    return Layout(Ls, Ls_dense, Ls_moe, *stage_params(k, tp, ep, pp, Ls_dense, Ls_moe, xp),
+                  *building_spans(k, batch["placement"], xp))
+
+
+class DPComm(NamedTuple):
+    """Data-parallel collectives per step, before exposure (seconds and cross-building bytes per
+    GPU), summed over the dense and the expert groups."""
+    ar: object      # DDP all-reduce time
+    xar: object     # its cross-building bytes
+    rs: object      # ZeRO-1 / FSDP reduce-scatter time (an all-gather costs the same)
+    xrs: object     # its cross-building bytes
+    rs_in: object   # HSDP reduce-scatter inside the replica
+    hs_x: object    # HSDP all-reduce of the shard across replicas
+    hxs: object     # its cross-building bytes
+    calls: object   # collectives per step (buckets or FSDP units)
+
+
+def dp_comm(k: ScenarioConsts, p: CostParams, batch, xp, t: Transport | None = None,
+            lay: Layout | None = None) -> DPComm:
+    """The data-parallel term. Collectives per step: DDP / ZeRO-1 reduce per gradient bucket
+    (dp_bucket_mib); FSDP / HSDP gather and reduce per unit (workload.fsdp_unit_layers layers).
+    Each call pays its own start-up, ring steps and window; the bytes split evenly over the
+    calls. Parameters are gathered and gradients reduced in the wire precision (same bytes).
+    ``t``, ``lay``: the rows' ``Transport`` and ``layout`` where the caller has them already."""
+    f = xp.asfloat
+    tp, cp, ep, dp = (f(batch[x]) for x in ("tp", "cp", "ep", "dp"))
+    fl, coll, proto = batch["dp_flavour"], batch["collective"], batch["nccl_protocol"]
+    bucket_mib = f(batch["dp_bucket_mib"])
+    bucket = xp.where(bucket_mib > 0, bucket_mib * 2.0**20, C.DEFAULT_BUCKET_BYTES)
+    t = t or Transport(k, batch, xp)
+    lay = lay or layout(k, batch, xp)
+    ch, buf = t.ch, t.buf
+    Ls, P_dense, P_exp, b_dp, x_exp = lay.Ls, lay.P_dense, lay.P_exp, lay.b_dp, lay.x_exp
+    n_in_d = dp * cp / b_dp
+    n_in_e = xp.maximum(dp * cp / ep, 1.0) / x_exp
+    bw_x_all = t.goodput(float(k.G_b), ch, ch * buf)   # every GPU of the building crosses at once
+    ax_all = k.x_alpha_s * t.stall(ch, ch * buf)
+    is_ddp, is_fsdp, is_hsdp = fl == F_DDP, fl == F_FSDP, fl == F_HSDP
+    units = xp.ceil(Ls / k.fsdp_unit_layers)
+
+    def group(g, n_in, n_x, stride):
+        """One group's collectives per step: DDP all-reduce; ZeRO-1 and FSDP reduce-scatter;
+        HSDP reduce-scatter inside and all-reduce of the shard across; one ``collective`` call
+        for the first collective of every row, one for HSDP's second. Members ``stride`` GPUs
+        apart: at least a node apart, the group has one rank per node and NCCL may run PAT for
+        its all-gathers and reduce-scatters."""
+        bw_in, a_in = tier_of_span(k, stride * n_in, xp)
+        bw_ring = t.goodput(k.G_b / n_in, ch, ch * buf)
+        pat_ok = xp.where(stride >= k.node, 1.0, 0.0)
+        nb = xp.maximum(1.0, xp.ceil(g / bucket))
+        calls = xp.where(is_fsdp | is_hsdp, units, nb)
+        c = g / calls
+        kind = xp.where(is_ddp, float(KIND_AR), float(KIND_AG))
+
+        t1, x1 = collective(kind, coll, proto, c, n_in, xp.where(is_hsdp, 1.0, n_x), bw_in, a_in, bw_ring, bw_x_all,
+                            ax_all, ch, buf, k.ll128, xp, p.nccl_overhead_scale, ax_all, pat_ok)
+
+        def across(cl, size, ni, nx, bwi, ai, bwxa, al, pr, chn, bf, axa, pok):
+            tt, x = collective(KIND_AR, al, pr, size / ni, xp.full_like(ni, 1.0), nx, bwi, ai, bwxa, bwxa, axa,
+                               chn, bf, k.ll128, xp, p.nccl_overhead_scale, axa, pok)
+            return cl * tt, cl * x
+        hs_x_, hxs_ = xp.on_rows(is_hsdp, across, calls, c, n_in, n_x, bw_in, a_in, bw_x_all, coll, proto, ch, buf,
+                                 ax_all, pat_ok)
+        t1, x1 = calls * t1, calls * x1
+        is_shard = (fl == F_ZERO1) | is_fsdp
+        return DPComm(xp.where(is_ddp, t1, 0.0), xp.where(is_ddp, x1, 0.0), xp.where(is_shard, t1, 0.0),
+                      xp.where(is_shard, x1, 0.0), xp.where(is_hsdp, t1, 0.0), hs_x_, hxs_, calls)
+
+    out = group(P_dense * k.wire_bytes, n_in_d, b_dp, tp)
+    if k.experts:
+        e = group(P_exp * k.wire_bytes, n_in_e, x_exp, tp * ep)
+        out = DPComm(*(u + w for u, w in zip(out, e)))   # the expert group's buckets / units are calls too
+    if p.dp_collective_scale != 1.0:                     # 0 must give 0 even where a time is infinite
+        s = p.dp_collective_scale
+        out = out._replace(**{n: xp.where(s == 0.0, 0.0, getattr(out, n) * s) for n in ("ar", "rs", "rs_in", "hs_x")})
+    return out
