@@ -409,6 +409,39 @@ def validate(runs, fit, write_path, loso, jobs, as_json):
 
 
 @cli.command()
+@click.option("--data", "data_path", default=None, help="folder with gpu_kernels.csv and gpu_layers.csv "
+              "(default: the shipped H100 measurements)")
+@click.option("--fit", is_flag=True, help="also fit the kernel parameters on a seeded half of each kind's cases "
+              "and score the other half")
+@click.option("--json", "as_json", is_flag=True)
+def kernels(data_path, fit, as_json):
+    """The cost model's kernel terms (GEMM, expert GEMM, attention, memory-bound, whole layers)
+    against kernels measured on one H100, per kind."""
+    from .kernelcheck import run as run_kernels
+    data = run_kernels(data_path, fit)
+
+    def table(title, section):
+        click.echo(title)
+        click.echo(f"  {'kind':<22} {'n':>4} {'median |err|':>13} {'p90 |err|':>10} {'median err':>11}")
+        for kind, st in section["by_kind"].items():
+            click.echo(f"  {kind:<22} {st['n']:>4} {st['median_abs_err_pct']:>12.1f}% {st['p90_abs_err_pct']:>9.1f}% "
+                       f"{st['median_signed_err_pct']:>+10.1f}%")
+
+    def human(d):
+        click.echo(f"{d['cases']} measured cases on {d['gpu']}; err = predicted / measured - 1 (+: model slower)")
+        table("shipped calibration (fit on published training runs):", d["shipped"])
+        if "kernel_fit" in d:
+            kf = d["kernel_fit"]
+            click.echo("kernel fit: " + ", ".join(f"{k}={v:.3g}" for k, v in kf["params"].items()))
+            table(f"kernel fit on {kf['fit_cases']} cases, scored on the {kf['held_out_cases']} held out:", kf)
+        for kind, why in d["not_modelled"].items():
+            click.echo(f"not modelled: {kind}: {why}")
+        for line in d["skipped"]:
+            click.echo(f"skipped {line}")
+    _emit(data, as_json, human)
+
+
+@cli.command()
 @click.option("--rows", type=int, default=1 << 18, help="configurations in the batch timing")
 @click.option("--json", "as_json", is_flag=True)
 def bench(rows, as_json):

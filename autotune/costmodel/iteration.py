@@ -15,6 +15,7 @@ from ..specs.scenario import Scenario
 from . import constants as C
 from . import nccl as N
 from .collectives import all_to_all_time, p2p_time
+from .kernels import attention_core_fwd_time_s, expert_block_time_s, gemm_time_s, memory_bound_time_s
 from .params import CostParams, default_params
 from .pipeline import (S_1F1B, S_DUALPIPEV, S_GPIPE, S_INTERLEAVED, S_ZBV, bubble_time, chain_hops,
                        in_flight_microbatches)
@@ -30,13 +31,6 @@ R_NONE, R_SELECTIVE, R_FULL = range(3)
 
 BREAKDOWN_KEYS = ("compute_s", "tp_comm_s", "cp_comm_s", "ep_comm_s", "pp_bubble_s", "pp_comm_s",
                   "dp_comm_s", "optimizer_s")
-
-
-def gemm_efficiency(M, K, N, ridge: float, p: CostParams):
-    """Achieved fraction of peak of an M x K x N GEMM from its arithmetic intensity
-    I = MKN / (MK + KN + MN) FLOP/byte (bf16 operands): e_max I / (I + k ridge)."""
-    intensity = M * K * N / (M * K + K * N + M * N)
-    return p.gemm_efficiency_max * intensity / (intensity + p.gemm_half_intensity_ridge_ratio * ridge)
 
 
 CHUNK_ROWS = 12288
@@ -99,25 +93,23 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
     up_n = (k.mlp_mats - 1.0) * k.ffn / tp              # fused gate+up for SwiGLU
 
     def gemm_time(M, K, N):
-        return 2.0 * M * K * N / (k.peak_lin * gemm_efficiency(M, K, N, k.ridge, p))
+        return gemm_time_s(M, K, N, k.peak_lin, k.ridge, p)
     t_attn_lin = gemm_time(tok, k.h, (k.h + 2 * k.kv_dim) / tp) + gemm_time(tok, k.h / tp, k.h)
     t_mlp_dense = gemm_time(tok, k.h, up_n) + gemm_time(tok, k.ffn / tp, k.h)
     if k.experts:
         tok_e = xp.maximum(tok * k.top_k * ep / k.experts, 1.0)   # tokens per local expert
-        n_local = k.experts / ep
-        up_e = (k.mlp_mats - 1.0) * k.ffn_e / tp
-        routed = n_local * (gemm_time(tok_e, k.h, up_e) + gemm_time(tok_e, k.ffn_e / tp, k.h))
-        shared = k.shared * (gemm_time(tok, k.h, up_e) + gemm_time(tok, k.ffn_e / tp, k.h))
+        routed = expert_block_time_s(tok_e, k.h, k.ffn_e / tp, k.mlp_mats, k.experts / ep, k.peak_lin, k.ridge, p)
+        shared = expert_block_time_s(tok, k.h, k.ffn_e / tp, k.mlp_mats, k.shared, k.peak_lin, k.ridge, p)
         t_moe_lin = routed * C.EXPERT_IMBALANCE_FACTOR + shared + 2.0 * tok * k.h * k.experts / (k.peak_lin * p.gemm_efficiency_max)
     else:
         t_moe_lin = 0.0
     # attention core: FlashAttention skips masked blocks; unfused attention computes all s x s
     # scores and streams them through HBM (softmax, dropout)
-    core_work = C.CAUSAL_ATTENTION_WORK_FRACTION if k.flash else 1.0
-    t_core = tok * 4 * k.seq * k.h * core_work / (tp * k.peak_bf16 * p.attention_core_efficiency)
+    t_core = attention_core_fwd_time_s(tok, k.seq, k.h / tp, k.flash, k.peak_bf16, p, k.h / k.heads, k.seq / cp)
     if not k.flash:
-        t_core = t_core + C.UNFUSED_SOFTMAX_TRAFFIC_BYTES_PER_SCORE * k.heads * tok * k.seq / (tp * k.hbm_Bps)
-    t_elem = C.ELEMENTWISE_TRAFFIC_BYTES_PER_TOKEN_HIDDEN * tok * k.h / (tp * k.hbm_Bps)
+        t_core = t_core + memory_bound_time_s(C.UNFUSED_SOFTMAX_TRAFFIC_BYTES_PER_SCORE * k.heads * tok * k.seq / tp,
+                                              k.hbm_Bps)
+    t_elem = memory_bound_time_s(C.ELEMENTWISE_TRAFFIC_BYTES_PER_TOKEN_HIDDEN * tok * k.h / tp, k.hbm_Bps)
     lin_f = Ls_dense * (t_attn_lin + t_mlp_dense) + Ls_moe * (t_attn_lin + t_moe_lin)
     core_f = Ls * t_core
     elem_f = Ls * t_elem
@@ -125,7 +117,7 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
     t_f_comp = lin_f + core_f + elem_f + t_head
     t_w_comp = lin_f + t_head                        # weight gradients: one GEMM per forward GEMM
     recompute_extra = xp.where(rc == R_FULL, t_f_comp, xp.where(rc == R_SELECTIVE, core_f, 0.0))
-    t_b_comp = lin_f + t_head + 2 * core_f + elem_f + recompute_extra
+    t_b_comp = lin_f + t_head + p.attention_backward_time_ratio * core_f + elem_f + recompute_extra
 
     # ---- tensor parallel (sequence parallel): 2 all-gathers + 2 reduce-scatters per layer pass ----
     s_tp = tok * k.h * k.wire_bytes
@@ -141,7 +133,7 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
     kv_bytes = 2 * tok * k.kv_dim * k.wire_bytes / tp
     t_cp_ring = (cp - 1) * (kv_bytes / bw_cp + a_cp)
     cp_f = Ls * xp.maximum(0.0, t_cp_ring - t_core)
-    cp_b = Ls * xp.maximum(0.0, 2 * t_cp_ring - 2 * t_core)
+    cp_b = Ls * xp.maximum(0.0, 2 * t_cp_ring - p.attention_backward_time_ratio * t_core)
 
     # ---- expert parallel: all-to-all dispatch + combine per MoE layer (fwd 2, bwd 2) ----
     ep_in = ep / x_ep

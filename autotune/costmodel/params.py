@@ -20,6 +20,18 @@ class CostParams:
     gemm_efficiency_max: float = 0.75
     gemm_half_intensity_ridge_ratio: float = 1.0
     attention_core_efficiency: float = 0.45
+    attention_head_dim_half: float = 0.0
+    """Head dimension at which the attention core runs at half ``attention_core_efficiency``:
+    efficiency x d / (d + this). Smaller heads feed the tensor cores thinner matmuls (on H100,
+    head_dim 64 runs at ~0.72x the TFLOP/s of 128). 0: no head-size effect."""
+    attention_seq_half: float = 0.0
+    """Query-chunk length (tokens per sequence on one rank: seq / cp) at which the attention
+    core runs at half its efficiency: efficiency x L / (L + this); short chunks amortise the
+    kernel's prologue over fewer tiles. 0: no length effect."""
+    attention_backward_time_ratio: float = 2.0
+    """Backward of the attention core over its forward, in time. 2.0 counts FLOPs only (dQ, dK,
+    dV: twice the forward's matmuls); FlashAttention's backward also recomputes the scores and
+    runs at lower efficiency: about 4.1 on H100 (``autotune kernels --fit``)."""
     fp8_gemm_speedup_realised: float = 0.65
     """Fraction of the 2x fp8 peak that fp8 GEMMs realise (quantisation, amax, bf16 remainder)."""
     network_efficiency: float = 0.8

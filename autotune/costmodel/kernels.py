@@ -1,0 +1,61 @@
+"""Kernel-level compute terms: the time of one GEMM, one expert block, one attention core and
+one memory-bound pass, by shape. ``iteration_formulas`` builds a layer from these, and
+``autotune kernels`` checks each against kernels measured on an H100 (``autotune/data/h100``).
+Written once for arrays and scalars (``xp``).
+"""
+from __future__ import annotations
+
+from . import constants as C
+from .params import CostParams
+
+
+def gemm_efficiency(M, K, N, ridge: float, p: CostParams):
+    """Achieved fraction of peak of an M x K x N GEMM from its arithmetic intensity
+    I = MKN / (MK + KN + MN) FLOP/byte (bf16 operands): e_max I / (I + k ridge), with ridge the
+    GPU's roofline ridge point, peak FLOP/s / HBM B/s (Williams et al. 2009)."""
+    intensity = M * K * N / (M * K + K * N + M * N)
+    return p.gemm_efficiency_max * intensity / (intensity + p.gemm_half_intensity_ridge_ratio * ridge)
+
+
+def gemm_time_s(M, K, N, peak_flops: float, ridge: float, p: CostParams):
+    """Seconds of one M x K x N GEMM: 2 M K N FLOPs at ``gemm_efficiency`` of ``peak_flops``."""
+    return 2.0 * M * K * N / (peak_flops * gemm_efficiency(M, K, N, ridge, p))
+
+
+def expert_block_time_s(tokens_per_expert, hidden, ffn_e, mlp_mats, experts, peak_flops: float, ridge: float,
+                        p: CostParams):
+    """Seconds of ``experts`` expert MLPs, each over ``tokens_per_expert`` tokens: the fused up
+    projection (hidden -> (mlp_mats - 1) ffn_e) and the down projection (ffn_e -> hidden), each at
+    the efficiency of its own (small-M) shape."""
+    up = (mlp_mats - 1.0) * ffn_e
+    return experts * (gemm_time_s(tokens_per_expert, hidden, up, peak_flops, ridge, p)
+                      + gemm_time_s(tokens_per_expert, ffn_e, hidden, peak_flops, ridge, p))
+
+
+def attention_flops_fwd(tokens, seq, q_width, flash: bool):
+    """Forward FLOPs of the attention core (QK^T and PV) for ``tokens`` queries against ``seq``
+    keys, q_width = heads x head_dim: 4 tokens seq q_width, halved by causal masking where the
+    kernel skips masked blocks (FlashAttention; Dao 2023)."""
+    return 4.0 * tokens * seq * q_width * (C.CAUSAL_ATTENTION_WORK_FRACTION if flash else 1.0)
+
+
+def attention_core_efficiency(head_dim, chunk_len, p: CostParams):
+    """Achieved fraction of peak of the attention core: ``attention_core_efficiency`` scaled by
+    d / (d + d_half) for head size d and L / (L + L_half) for the query chunk length L (both
+    saturating, as the GEMM curve is; 1 where the half-points are 0)."""
+    return (p.attention_core_efficiency * head_dim / (head_dim + p.attention_head_dim_half)
+            * chunk_len / (chunk_len + p.attention_seq_half))
+
+
+def attention_core_fwd_time_s(tokens, seq, q_width, flash: bool, peak_flops: float, p: CostParams,
+                              head_dim=128.0, chunk_len=None):
+    """Seconds of the attention core's forward at ``attention_core_efficiency`` of peak; the
+    backward is charged ``attention_backward_time_ratio`` times this (``iteration_formulas``).
+    ``chunk_len``: query tokens per sequence on the rank (default ``seq``)."""
+    eff = attention_core_efficiency(head_dim, seq if chunk_len is None else chunk_len, p)
+    return attention_flops_fwd(tokens, seq, q_width, flash) / (peak_flops * eff)
+
+
+def memory_bound_time_s(bytes_moved, hbm_Bps: float):
+    """Seconds of a memory-bound kernel that reads and writes ``bytes_moved`` at the HBM's rate."""
+    return bytes_moved / hbm_Bps

@@ -1,0 +1,242 @@
+"""``autotune kernels``: the cost model's kernel terms against kernels measured on one H100.
+
+The data (``autotune/data/h100``, see its README) are single-GPU timings of the kernels a
+training step is made of: dense GEMMs at TP-sharded layer shapes (bf16 and fp8), small-expert
+batched and grouped GEMMs, causal attention forward and backward, memory-bound passes, and
+whole eager-PyTorch layers. Each measured case is predicted with the very functions
+``iteration_formulas`` uses (``costmodel.kernels``), so an error here is an error of the model.
+
+Two parameter sets are scored: the shipped calibration (fit on published training runs, where
+framework overheads fold into the kernel efficiencies), and ``--fit``: the kernel parameters
+fit on the even-numbered cases of each kind and scored on the odd-numbered ones only, so every
+figure it prints is held out.
+"""
+from __future__ import annotations
+
+import csv
+import math
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+
+from .costmodel import constants as C
+from .costmodel.kernels import attention_core_fwd_time_s, expert_block_time_s, gemm_time_s, memory_bound_time_s
+from .costmodel.params import CostParams, default_params
+from .errors import UserInputError
+from .specs.presets import load_preset
+
+GPU_PRESET = "h100-sxm"
+SWIGLU_MATS = 3.0            # gate, up, down: the measured MLPs and expert blocks are SwiGLU
+FIT_NAMES = ("gemm_efficiency_max", "gemm_half_intensity_ridge_ratio", "attention_core_efficiency",
+             "attention_head_dim_half", "attention_seq_half", "attention_backward_time_ratio",
+             "fp8_gemm_speedup_realised")
+FIT_BOUNDS = {"gemm_efficiency_max": (0.3, 1.0), "gemm_half_intensity_ridge_ratio": (1e-3, 5.0),
+              "attention_core_efficiency": (0.1, 1.0), "attention_backward_time_ratio": (1.0, 8.0),
+              "attention_head_dim_half": (0.0, 512.0), "attention_seq_half": (0.0, 8192.0),
+              "fp8_gemm_speedup_realised": (0.0, 1.0)}
+NOT_MODELLED = {"moe_permute": "token permutation is not charged (no term)",
+                "moe_unpermute": "token un-permutation is not charged (no term)"}
+
+
+@dataclass(frozen=True)
+class Gpu:
+    peak_bf16: float
+    peak_fp8: float
+    hbm_Bps: float
+
+    @property
+    def ridge(self) -> float:
+        """Roofline ridge point of the bf16 peak (FLOP/byte), as the cost model uses it."""
+        return self.peak_bf16 / self.hbm_Bps
+
+    def peak_lin(self, dtype: str, p: CostParams) -> float:
+        """GEMM peak as the cost model sets it: fp8 realises ``fp8_gemm_speedup_realised`` of
+        the extra fp8 peak (``scenario_consts``)."""
+        if dtype == "fp8":
+            return self.peak_bf16 * (1.0 + (self.peak_fp8 / self.peak_bf16 - 1.0) * p.fp8_gemm_speedup_realised)
+        return self.peak_bf16
+
+
+def gpu() -> Gpu:
+    g = load_preset("hardware", GPU_PRESET)
+    return Gpu(g.peak_flops_bf16, g.peak_flops_fp8, g.hbm_bandwidth_Bps)
+
+
+def data_dir(path: str | None = None):
+    if path is None:
+        return resources.files("autotune.data").joinpath("h100")
+    d = Path(path)
+    if not d.is_dir():
+        raise UserInputError("--data", path, "a folder holding gpu_kernels.csv and gpu_layers.csv")
+    return d
+
+
+def _num(row: dict, col: str) -> float:
+    """A finite number >= 0 from ``col`` (> 0 for ``ms``), else ValueError naming column and value."""
+    raw = row.get(col)
+    try:
+        v = float(raw)
+    except (TypeError, ValueError):
+        raise ValueError(f"column {col}: got {raw!r}; allowed: a number") from None
+    if not math.isfinite(v) or v < 0 or (v == 0 and col == "ms"):
+        raise ValueError(f"column {col}: got {raw!r}; allowed: a finite number >= 0 (ms > 0)")
+    return v
+
+
+def read_cases(folder, skipped: list[str] | None = None) -> list[dict]:
+    """Kernel and layer cases, each with ``kind``, ``ms`` measured and its shape columns. A row
+    the model cannot be scored on (a missing or unparseable number, a zero shape) is left out,
+    with a one-line reason appended to ``skipped``; kinds the model has no term for are kept."""
+    cases = []
+    for name, layer in (("gpu_kernels.csv", False), ("gpu_layers.csv", True)):
+        f = folder.joinpath(name) if hasattr(folder, "joinpath") else Path(folder) / name
+        try:
+            text = f.read_text()
+        except OSError as exc:
+            raise UserInputError("--data", str(f), f"a readable {name} ({exc.strerror})") from None
+        for i, row in enumerate(csv.DictReader(text.splitlines()), start=2):
+            if row.get("error"):
+                continue
+            if layer:
+                for kind, col in (("layer_fwd", "fwd_ms"), ("layer_fwd_bwd", "fwd_bwd_ms")):
+                    cases.append(dict(row, kind=kind, ms=row[col], dtype="bf16", line=f"{name}:{i}"))
+            else:
+                cases.append(dict(row, line=f"{name}:{i}"))
+    g, p = gpu(), default_params()
+    good = []
+    for r in cases:
+        try:
+            _num(r, "ms")
+            t = predict_s(r, g, p)
+            if t is not None and not (math.isfinite(t) and t > 0):
+                raise ValueError(f"predicted time {t!r}: a shape column is 0")
+        except (ValueError, ZeroDivisionError) as exc:
+            why = "a shape column is 0" if isinstance(exc, ZeroDivisionError) else str(exc)
+            if skipped is not None:
+                skipped.append(f"{r['line']} ({r.get('kind')}): {why}")
+            continue
+        good.append(r)
+    return good
+
+
+def _layer_fwd_parts(r: dict, g: Gpu, p: CostParams) -> tuple[float, float, float]:
+    """(linear, attention core, memory-bound) forward seconds of one measured layer shard, as
+    ``iteration_formulas`` builds a layer: QKV and output projections, the SwiGLU MLP or the
+    routed experts (uniform routing, as measured: no imbalance factor) plus the router GEMM,
+    causal flash attention, and the elementwise traffic per token and hidden unit."""
+    S, h, heads, kv, hd, ffn = (_num(r, c) for c in ("seq", "hidden", "heads", "kv_heads", "head_dim", "ffn"))
+    E, El, k = (_num(r, c) for c in ("experts", "local_experts", "topk"))
+    peak, ridge = g.peak_bf16, g.ridge
+    lin = gemm_time_s(S, h, (heads + 2 * kv) * hd, peak, ridge, p) + gemm_time_s(S, heads * hd, h, peak, ridge, p)
+    if E > 0:
+        lin += expert_block_time_s(S * k / E, h, ffn, SWIGLU_MATS, El, peak, ridge, p)
+        lin += 2.0 * S * h * E / (peak * p.gemm_efficiency_max)
+    else:
+        lin += gemm_time_s(S, h, 2 * ffn, peak, ridge, p) + gemm_time_s(S, ffn, h, peak, ridge, p)
+    core = attention_core_fwd_time_s(S, S, heads * hd, True, peak, p, hd)
+    elem = memory_bound_time_s(C.ELEMENTWISE_TRAFFIC_BYTES_PER_TOKEN_HIDDEN * S * h, g.hbm_Bps)
+    return lin, core, elem
+
+
+def predict_s(r: dict, g: Gpu, p: CostParams) -> float | None:
+    """Seconds the cost model charges for case ``r``; None where it has no term for the kind."""
+    kind = r.get("kind")
+    if kind == "gemm":
+        return gemm_time_s(_num(r, "M"), _num(r, "K"), _num(r, "N"), g.peak_lin(r.get("dtype"), p), g.ridge, p)
+    if kind == "expert_bmm":
+        return expert_block_time_s(_num(r, "T"), _num(r, "K"), _num(r, "N"), SWIGLU_MATS, _num(r, "E"),
+                                   g.peak_bf16, g.ridge, p)
+    if kind == "expert_grouped_mm_up":
+        return _num(r, "E") * gemm_time_s(_num(r, "T"), _num(r, "K"), 2 * _num(r, "N"), g.peak_bf16, g.ridge, p)
+    if kind in ("attn_fwd", "attn_fwd_bwd"):
+        # q_width is heads x head_dim; the backward is attention_backward_time_ratio x the forward
+        fwd = attention_core_fwd_time_s(_num(r, "B") * _num(r, "S"), _num(r, "S"), _num(r, "heads") * _num(r, "head_dim"),
+                                        True, g.peak_bf16, p, _num(r, "head_dim"))
+        return fwd if kind == "attn_fwd" else (1.0 + p.attention_backward_time_ratio) * fwd
+    if kind in ("rmsnorm_fwd", "swiglu_fwd", "copy"):
+        # the measured bytes moved (gbps x time), at the model's rate for memory-bound work
+        return memory_bound_time_s(_num(r, "gbps") * 1e9 * _num(r, "ms") * 1e-3, g.hbm_Bps)
+    if kind in ("layer_fwd", "layer_fwd_bwd"):
+        lin, core, elem = _layer_fwd_parts(r, g, p)
+        # backward: input and weight gradients (2 x linear), the core's backward, the elementwise again
+        return lin + core + elem if kind == "layer_fwd" else 3 * lin + (1.0 + p.attention_backward_time_ratio) * core + 2 * elem
+    return None
+
+
+def kind_of(r: dict) -> str:
+    """The reporting kind: GEMMs split by data type (fp8 runs at its own realised peak)."""
+    return f"gemm_{r.get('dtype') or 'bf16'}" if r.get("kind") == "gemm" else str(r.get("kind"))
+
+
+def _stats(errs: list[float]) -> dict:
+    a = np.abs(np.asarray(errs))
+    return {"n": len(errs), "median_abs_err_pct": float(np.median(a)), "p90_abs_err_pct": float(np.percentile(a, 90)),
+            "median_signed_err_pct": float(np.median(errs)), "max_abs_err_pct": float(a.max())}
+
+
+def score(cases: list[dict], p: CostParams, g: Gpu) -> dict:
+    """Per kind: error of predicted vs measured time, in % of measured (+: model slower)."""
+    by_kind: dict[str, list[float]] = {}
+    for r in cases:
+        t = predict_s(r, g, p)
+        if t is not None:
+            by_kind.setdefault(kind_of(r), []).append(100.0 * (t / (_num(r, "ms") * 1e-3) - 1.0))
+    return {kind: _stats(e) for kind, e in sorted(by_kind.items())}
+
+
+SPLIT_SEED = 0
+
+
+def split(cases: list[dict], seed: int = SPLIT_SEED) -> tuple[list[dict], list[dict]]:
+    """(fit, held-out): a seeded random half of each kind's cases (at least one) to fit on, the
+    rest held out."""
+    rng = np.random.default_rng(seed)
+    fit, held = [], []
+    kinds = sorted({kind_of(r) for r in cases})
+    for kind in kinds:
+        rows = [r for r in cases if kind_of(r) == kind]
+        order = rng.permutation(len(rows))
+        n_fit = max(1, len(rows) // 2) if len(rows) > 1 else 0
+        fit += [rows[i] for i in order[:n_fit]]
+        held += [rows[i] for i in order[n_fit:]]
+    return fit, held
+
+
+def fit_kernel_params(cases: list[dict], g: Gpu, start: CostParams) -> CostParams:
+    """Least squares on log(predicted / measured) over the kernels the fitted parameters govern
+    (GEMMs, expert GEMMs, attention); soft-L1 loss so no single case dominates."""
+    from scipy.optimize import least_squares
+    used = [r for r in cases if r.get("kind") in ("gemm", "expert_bmm", "expert_grouped_mm_up", "attn_fwd", "attn_fwd_bwd")]
+    lo = np.array([FIT_BOUNDS[n][0] for n in FIT_NAMES])
+    hi = np.array([FIT_BOUNDS[n][1] for n in FIT_NAMES])
+
+    def params(x) -> CostParams:
+        return start.with_values(**dict(zip(FIT_NAMES, map(float, x))))
+
+    def residuals(x):
+        p = params(x)
+        return np.array([math.log(predict_s(r, g, p) / (_num(r, "ms") * 1e-3)) for r in used])
+    x0 = np.clip([getattr(start, n) for n in FIT_NAMES], lo, hi)
+    res = least_squares(residuals, x0, bounds=(lo, hi), loss="soft_l1", f_scale=0.1)
+    return params(res.x)
+
+
+def run(path: str | None = None, fit: bool = False) -> dict:
+    g = gpu()
+    skipped: list[str] = []
+    cases = read_cases(data_dir(path), skipped)
+    if not any(predict_s(r, g, default_params()) is not None for r in cases):
+        raise UserInputError("--data", path, "a gpu_kernels.csv / gpu_layers.csv with at least one scoreable case"
+                             + (f" (skipped: {skipped[0]}{' ...' if len(skipped) > 1 else ''})" if skipped else ""))
+    shipped = default_params()
+    out = {"gpu": GPU_PRESET, "cases": len(cases), "skipped": skipped,
+           "shipped": {"params": shipped.to_dict(), "by_kind": score(cases, shipped, g)},
+           "not_modelled": NOT_MODELLED}
+    if fit:
+        fit_cases, held = split(cases)
+        p = fit_kernel_params(fit_cases, g, shipped)
+        out["kernel_fit"] = {"params": {n: getattr(p, n) for n in FIT_NAMES}, "fit_cases": len(fit_cases),
+                             "held_out_cases": len(held), "by_kind": score(held, p, g)}
+    return out
