@@ -87,7 +87,7 @@ def best_by(scenario: Scenario, group: tuple[str, ...], where: dict | None = Non
     n_core = len(core["tp"])
     if nt == 0 or n_core == 0:
         return best
-    fits = np.concatenate([evaluate_batch(scenario, take(core, slice(s, s + chunk_rows)), params)["feasible"]
+    fits = np.concatenate([evaluate_batch(scenario, take(core, slice(s, s + chunk_rows)), params, check=False)["feasible"]
                            for s in range(0, n_core, chunk_rows)])
     if group and not fits.all():
         # groups whose every row is out of memory still appear, with an infinite time
@@ -105,7 +105,7 @@ def best_by(scenario: Scenario, group: tuple[str, ...], where: dict | None = Non
         k = len(c["tp"])
         b = {f: np.repeat(v, nt) for f, v in c.items() if f not in _TRANSPORT}
         b.update({f: np.tile(v, k) for f, v in transport.items()})
-        out = evaluate_batch(scenario, b, params)
+        out = evaluate_batch(scenario, b, params, check=False)
         times = np.where(out["feasible"], out["iteration_time_s"], np.inf)
         keys = np.stack([b[f].astype(np.int64) for f in group], axis=1) if group else np.zeros((len(times), 0), int)
         uniq, inv = np.unique(keys, axis=0, return_inverse=True)

@@ -73,7 +73,7 @@ RECOMPUTE_ORDER = ("none", "selective", "full")
 
 def _first_fit(scenario: Scenario, space: SearchSpace, candidates) -> Config | None:
     for cfg in candidates:
-        if space.legal_mask(batch_from_configs([cfg]))[0] and evaluate(scenario, cfg).feasible:
+        if space.legal_mask(batch_from_configs([cfg]))[0] and evaluate(scenario, cfg, check=False).feasible:
             return cfg
     return None
 
@@ -142,10 +142,10 @@ def production_config(scenario: Scenario, space: SearchSpace | None = None) -> C
         return None
     idx = [i for i in range(len(cands)) if legal[i]]
     sub = {k: v[idx] for k, v in b.items()}
-    fits = evaluate_batch(scenario, sub)["feasible"]
+    fits = evaluate_batch(scenario, sub, check=False)["feasible"]
     if not fits.any():
         return None
-    t = evaluate_batch(network_oblivious(scenario), sub)["iteration_time_s"]
+    t = evaluate_batch(network_oblivious(scenario), sub, check=False)["iteration_time_s"]
     t = [t[j] if fits[j] else math.inf for j in range(len(idx))]
     return cands[idx[min(range(len(idx)), key=lambda j: (t[j], j))]]
 

@@ -111,24 +111,38 @@ def space(as_json, **kw):
 
 @cli.command()
 @scenario_options
+@click.option("--top", "top_k", type=int, default=1, show_default=True,
+              help="keep the K fastest configurations (exact, ties in enumeration order)")
+@click.option("--out", "out_dir", default=None,
+              help="folder to write the launch files into: best_config.yaml, torchtitan_args.txt (torchtitan 0.3.0), "
+                   "megatron_args.txt, nccl.env, top_k.csv, scenario.yaml")
 @click.option("--json", "as_json", is_flag=True)
-def search(as_json, **kw):
+def search(top_k, out_dir, as_json, **kw):
     """Exhaustive search of the whole legal space: the optimum and why."""
     from tqdm import tqdm
 
     from .costmodel import evaluate as evaluate_one
+    from .launch import check_out_dir, config_text, launch_summary, write_launch_dir
     from .space import SearchSpace
     from .strategies import exhaustive_search
+    if not 1 <= top_k <= MAX_TOP_K:
+        raise UserInputError("--top", top_k, f"an integer from 1 to {MAX_TOP_K}")
+    if out_dir is not None:
+        check_out_dir(out_dir)
     scen = _scenario(kw)
     space = SearchSpace(scen)
     with tqdm(total=space.legal_count(), unit="cfg", unit_scale=True, disable=as_json or not sys.stderr.isatty(),
               desc="exhaustive") as bar:
-        res = exhaustive_search(space, progress=bar.update)
+        res = exhaustive_search(space, progress=bar.update, top_k=top_k)
+    top = [(c, evaluate_one(scen, c, check=False)) for c, _ in res.top]
     data = {"scenario": scen.summary(), "legal_count": res.legal_count, "feasible_count": res.feasible_count,
-            "elapsed_s": res.elapsed_s, "best": evaluate_one(scen, res.best_config).to_dict() if res.best_config else None}
-    if res.best_config is not None:
-        from .launch import launch_summary
-        data["best"]["launch"] = launch_summary(res.best_config)
+            "elapsed_s": res.elapsed_s, "best": top[0][1].to_dict() if top else None,
+            "top": [{"rank": i, "config_text": config_text(c), **e.to_dict()} for i, (c, e) in enumerate(top, 1)]}
+    if top:
+        data["best"]["launch"] = launch_summary(top[0][0])
+        data["best"]["config_text"] = config_text(top[0][0])
+        if out_dir is not None:
+            data["files"] = write_launch_dir(out_dir, scen, top, "autotune search " + " ".join(sys.argv[2:]))
 
     def human(d):
         click.echo(f"scenario: {d['scenario']}")
@@ -138,10 +152,20 @@ def search(as_json, **kw):
         if b is None:
             click.echo("no configuration fits in memory")
             return
-        click.echo(f"best: {b['config']}")
+        click.echo(f"best: {b['config_text']}")
         _print_evaluation(b)
         _print_launch(b["launch"])
+        if len(d["top"]) > 1:
+            click.echo(f"top {len(d['top'])}:")
+            for r in d["top"]:
+                click.echo(f"  {r['rank']:>3}  {r['iteration_time_s']:.4f} s  {r['config_text']}")
+        for f in d.get("files", []):
+            click.echo(f"wrote {f}")
     _emit(data, as_json, human)
+
+
+MAX_TOP_K = 1000
+"""Largest --top: each kept configuration is evaluated again for its breakdown."""
 
 
 def _print_launch(launch: dict) -> None:

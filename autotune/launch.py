@@ -9,6 +9,7 @@ are reported as such.
 """
 from __future__ import annotations
 
+from .backends.command import TORCHTITAN_VERSION, torchtitan_args
 from .specs.config import Config
 
 _ALGO = {"nccl_auto": None, "ring": "Ring", "tree": "Tree", "hierarchical": None}
@@ -49,3 +50,134 @@ def transport_notes(cfg: Config) -> list[str]:
 
 def launch_summary(cfg: Config) -> dict:
     return {"nccl_env": nccl_env(cfg), "notes": transport_notes(cfg)}
+
+
+# ---------------------------------------------------------------------------------- launch folder
+
+def config_text(cfg: Config) -> str:
+    """The configuration as ``--config`` takes it: every field, ``key=value`` joined by commas."""
+    return ",".join(f"{k}={v}" for k, v in cfg.model_dump().items())
+
+
+_MEGATRON_SCHEDULES = {"1f1b", "interleaved_1f1b"}
+
+
+MEGATRON_COMMIT = "d98e8a64ddf34856e74b24714e3bedb2f5a39553"
+"""The Megatron-LM source (2026-08-22) whose option names ``megatron_args`` writes
+(megatron/training/arguments.py and the dataclasses its options are generated from)."""
+
+
+def megatron_args(scenario, cfg: Config) -> tuple[list[str], list[str]]:
+    """(Megatron-LM command-line options, notes on what it cannot express) for the configuration.
+    ``--ddp-bucket-size`` counts parameters, not bytes."""
+    m = scenario.model
+    args = [f"--tensor-model-parallel-size {cfg.tp}", f"--pipeline-model-parallel-size {cfg.pp}",
+            f"--context-parallel-size {cfg.cp}", f"--expert-model-parallel-size {cfg.ep}",
+            f"--micro-batch-size {cfg.micro_batch}", f"--global-batch-size {scenario.global_batch_seqs}",
+            f"--seq-length {scenario.seq_len}"]
+    notes = []
+    if cfg.tp > 1:
+        args.append("--sequence-parallel")
+    if cfg.pp_schedule == "interleaved_1f1b":
+        per_stage = m.n_layers // (cfg.pp * cfg.pp_chunks)
+        if per_stage * cfg.pp * cfg.pp_chunks == m.n_layers:
+            args.append(f"--num-layers-per-virtual-pipeline-stage {per_stage}")
+        else:
+            notes.append(f"{m.n_layers} layers do not split evenly into {cfg.pp} x {cfg.pp_chunks} virtual stages: "
+                         "set the layer split by hand")
+    elif cfg.pp > 1 and cfg.pp_schedule not in _MEGATRON_SCHEDULES:
+        notes.append(f"pp_schedule={cfg.pp_schedule}: Megatron-LM runs 1F1B and interleaved 1F1B; "
+                     "use torchtitan (torch.distributed.pipelining) for this schedule")
+    if cfg.recompute == "full":
+        args += ["--recompute-granularity full", "--recompute-method uniform", "--recompute-num-layers 1"]
+    elif cfg.recompute == "selective":
+        args.append("--recompute-granularity selective")
+    if cfg.dp_flavour == "zero1":
+        args.append("--use-distributed-optimizer")
+    elif cfg.dp_flavour in ("fsdp", "hsdp"):
+        args.append("--use-torch-fsdp2")
+        if scenario.workload.fsdp_regather != "every_pass":
+            args.append("--torch-fsdp2-no-reshard-after-forward")
+        if cfg.dp_flavour == "hsdp":
+            notes.append("hsdp: FSDP2 over a 2-D (replicate, shard) mesh; Megatron-LM has no one flag for it, "
+                         "torchtitan's data_parallel_replicate_degree does")
+    if cfg.overlap_dp and cfg.dp > 1:
+        args.append("--overlap-grad-reduce")
+        if cfg.dp_flavour == "zero1":
+            args.append("--overlap-param-gather")
+    if cfg.dp_bucket_mib:
+        args.append(f"--ddp-bucket-size {cfg.dp_bucket_mib * 2**20 // 2}")
+    return args, notes
+
+
+def write_launch_dir(out: str, scenario, top: list, command: str) -> list[str]:
+    """Write what a user needs to launch the best configuration into folder ``out``:
+    best_config.yaml (reads back with ``--config``), torchtitan_args.txt (torchtitan 0.3.0),
+    megatron_args.txt, nccl.env, top_k.csv (each candidate with its breakdown), scenario.yaml
+    (the effective scenario after every override). ``top``: (Config, Evaluation) fastest first.
+    Every file is written beside its final name and renamed into place, so a crash leaves either
+    the old file or the new one. Returns the paths written."""
+    import csv
+    import io
+    import os
+    import tempfile
+    from pathlib import Path
+
+    import yaml
+    d = Path(out)
+    cfg, ev = top[0]
+    files: dict[str, str] = {}
+    files["best_config.yaml"] = yaml.safe_dump({
+        "best_config": cfg.model_dump(), "iteration_time_s": ev.iteration_time_s, "tokens_per_s": ev.tokens_per_s,
+        "mfu": ev.mfu, "memory_per_gpu_bytes": ev.memory_per_gpu_bytes, "scenario_key": scenario.key,
+        "config_text": config_text(cfg), "command": command}, sort_keys=False)
+    files["torchtitan_args.txt"] = (f"# torchtitan {TORCHTITAN_VERSION}: after --module <model> --config <its config>\n"
+                                    + " ".join(torchtitan_args(scenario, cfg)) + "\n")
+    margs, mnotes = megatron_args(scenario, cfg)
+    files["megatron_args.txt"] = (f"# Megatron-LM (option names as of commit {MEGATRON_COMMIT[:12]})\n"
+                                  + " \\\n".join(margs) + "\n" + "".join(f"# note: {n}\n" for n in mnotes))
+    env = nccl_env(cfg)
+    files["nccl.env"] = ("".join(f"export {k}={v}\n" for k, v in env.items())
+                         + "".join(f"# {n}\n" for n in transport_notes(cfg)))
+    buf = io.StringIO()
+    w = csv.writer(buf)
+    keys = list(ev.breakdown)
+    w.writerow(["rank", "config", "iteration_time_s", "tokens_per_s", "mfu", "memory_per_gpu_bytes",
+                "xb_bytes_per_step", *keys])
+    for i, (c, e) in enumerate(top, start=1):
+        w.writerow([i, config_text(c), e.iteration_time_s, e.tokens_per_s, e.mfu, e.memory_per_gpu_bytes,
+                    e.traffic["xb_bytes_per_step"], *(e.breakdown[k] for k in keys)])
+    files["top_k.csv"] = buf.getvalue()
+    files["scenario.yaml"] = yaml.safe_dump(scenario.model_dump(mode="json"), sort_keys=False)
+    written = []
+    umask = os.umask(0)
+    os.umask(umask)
+    for name, text in files.items():
+        fd, tmp = tempfile.mkstemp(prefix=f".{name}.", dir=d)
+        try:
+            with os.fdopen(fd, "w") as f:
+                f.write(text)
+            os.chmod(tmp, 0o666 & ~umask)       # mkstemp makes 0600; a result file is the user's usual mode
+            os.replace(tmp, d / name)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        written.append(str(d / name))
+    return written
+
+
+def check_out_dir(out: str) -> None:
+    """Create ``out`` if needed; a one-line UserInputError where it is a file or not writable."""
+    import os
+    from pathlib import Path
+
+    from .errors import UserInputError
+    d = Path(out)
+    if d.exists() and not d.is_dir():
+        raise UserInputError("--out", out, "a folder (this is a file)")
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserInputError("--out", out, f"a folder that can be created ({exc.strerror})") from None
+    if not os.access(d, os.W_OK | os.X_OK):
+        raise UserInputError("--out", out, "a writable folder")

@@ -234,12 +234,21 @@ class SearchSpace:
 
     def check(self, config: Config) -> None:
         """Raise a one-line UserInputError naming the first rule the configuration breaks."""
-        batch = batch_from_configs([config])
+        self.check_batch(batch_from_configs([config]))
+
+    def check_batch(self, b: ConfigBatch) -> None:
+        """Raise a one-line UserInputError naming the first rule that some row breaks, the row
+        (in a batch of several), its value and what is allowed."""
         rules = self.rules()
-        for name, bad in self.violations(batch).items():
-            if bool(bad[0]):
-                r = rules[name]
-                raise UserInputError(f"config.{r.field}", getattr(config, r.field), r.allowed)
+        n = len(b["tp"])
+        for name, bad in self.violations(b).items():
+            rows = np.flatnonzero(bad)
+            if len(rows):
+                r, i = rules[name], int(rows[0])
+                value = b[r.field][i]
+                value = CATEGORICAL[r.field][int(value)] if r.field in CATEGORICAL else int(value)
+                where = f" (row {i} of {n})" if n > 1 else ""
+                raise UserInputError(f"config.{r.field}{where}", value, r.allowed)
 
     # ---------------------------------------------------------------- enumeration
     @cached_property
@@ -360,3 +369,12 @@ class SearchSpace:
         return {"raw_size": raw, "legal_count": legal, "legal_fraction": legal / raw if raw else 0.0,
                 "degree_tuples": int(len(self.degree_tuples)), "transport_combos": self.n_transport,
                 "scenario": self.scenario.summary()}
+
+
+def rules_for(scenario: Scenario) -> SearchSpace:
+    """The scenario's legality rules (a default SearchSpace; the rules do not depend on the
+    space's options), cached on the scenario."""
+    hit = scenario._derived.get("rules")
+    if hit is None:
+        hit = scenario._derived["rules"] = SearchSpace(scenario)
+    return hit

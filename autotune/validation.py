@@ -376,7 +376,7 @@ def resolve_unstated(case: RunCase, params: CostParams) -> Config:
     for rec in recs:
         for mb in mbs:
             cfg = case.config.model_copy(update={"recompute": rec, "micro_batch": mb})
-            e = evaluate(case.scenario, cfg, params)
+            e = evaluate(case.scenario, cfg, params, check=False)
             fallback = fallback or cfg
             if e.feasible and e.iteration_time_s < best_t:
                 best, best_t = cfg, e.iteration_time_s

@@ -84,7 +84,7 @@ def make_point(s: Scenario, space: SearchSpace | None = None, encoding: FlatEnco
     reference; its breakdown is part of the observation)."""
     space = space or SearchSpace(s)
     prod = production_config(s, space)
-    ev = evaluate(s, prod) if prod is not None else None
+    ev = evaluate(s, prod, check=False) if prod is not None else None
     t = ev.iteration_time_s if ev is not None else math.nan
     feats = np.concatenate([scenario_features(s), production_features(s, ev)])
     return DesignPoint(s, space, encoding or FlatEncoding(space), t, feats)

@@ -28,14 +28,14 @@ def test_breakdown_sums_to_iteration_time(campus):
 
 def test_infeasible_reports_missing_bytes(campus):
     cfg = Config(tp=1, pp=1, dp=10240, dp_flavour="ddp", micro_batch=1, recompute="none")
-    e = evaluate(campus, cfg)
+    e = evaluate(campus, cfg, check=False)    # illegal (dp x micro_batch > batch): the model still answers
     assert not e.feasible
     assert e.memory_deficit_bytes > 0
     assert "short by" in e.reason and str(int(e.memory_deficit_bytes)) in e.reason.replace(",", "")
 
 
 def test_heterogeneous_buildings_run_at_the_slowest_gpu():
-    cfg = Config(tp=8, pp=16, dp=40, placement="dp_out", dp_flavour="zero1", pp_schedule="1f1b",
+    cfg = Config(tp=8, pp=16, dp=80, placement="dp_out", dp_flavour="zero1", pp_schedule="1f1b",
                  micro_batch=1, recompute="selective")
     fast = build_scenario("llama3-405b", "campus-5bldg")
     mixed = build_scenario("llama3-405b", "campus-5bldg", overrides=["cluster.buildings.3.gpu=a100-80gb"])
@@ -158,3 +158,25 @@ def test_the_default_regather_policy_leaves_scenario_keys_unchanged():
     a, b = _llama8b_metro(), _llama8b_metro(fsdp_regather="forward")
     assert a.key != b.key and a.key == _llama8b_metro(fsdp_regather="every_pass").key
     assert "fsdp_regather" not in a.model_dump_json(exclude={"workload": {"fsdp_regather"}})
+
+
+@pytest.mark.parametrize("cfg, field, words", [
+    (dict(tp=8, pp=4, dp=3), "config.dp", "tp*cp*pp*dp"),                     # 96 of the 10,240 GPUs
+    (dict(tp=16, pp=16, dp=40), "config.tp", "NVLink domain"),
+    (dict(tp=8, pp=16, dp=80, pp_schedule="zbv", pp_chunks=1), "config.pp_chunks", "2 for zbv"),
+])
+def test_library_rejects_illegal_configurations(campus, cfg, field, words):
+    """evaluate and evaluate_batch apply the CLI's rules (issue 15): one line naming the rule."""
+    from autotune.errors import UserInputError
+    from autotune.space import batch_from_configs
+    c = Config(**cfg)
+    with pytest.raises(UserInputError) as e:
+        evaluate(campus, c)
+    assert str(e.value).startswith(field) and words in str(e.value) and "\n" not in str(e.value)
+    ok = Config(tp=8, pp=16, dp=80, micro_batch=1)
+    with pytest.raises(UserInputError) as e:
+        evaluate_batch(campus, batch_from_configs([ok, ok, c]))
+    assert str(e.value).startswith(f"{field} (row 2 of 3)")
+    # the opt-out answers with the model's number, as before
+    assert evaluate(campus, c, check=False).iteration_time_s > 0
+    assert len(evaluate_batch(campus, batch_from_configs([ok, c]), check=False)["iteration_time_s"]) == 2

@@ -51,3 +51,23 @@ def test_free_network_bound_is_admissible(case, seed):
     real = evaluate_batch(scen, b)["iteration_time_s"]
     lb = evaluate_batch(transport_free(scen), b, bound_params(None))["iteration_time_s"]
     assert (lb <= real * (1 + 1e-12)).all()
+
+
+def test_top_k_equals_brute_force():
+    """``top_k``: the K fastest of the whole legal space, in order, ties by enumeration order."""
+    space = SearchSpace(build_scenario("llama3-8b", "metro-2bldg", gpus=512,
+                                       overrides=["cluster.cross_building.distance_km=300"]),
+                        cp_values=(1, 2), micro_batches=(1, 2))
+    times, cfgs, offset = [], [], 0
+    for b in space.enumerate(1 << 17):
+        out = evaluate_batch(space.scenario, b, check=False)
+        t = np.where(out["feasible"], out["iteration_time_s"], np.inf)
+        for i in np.argsort(t, kind="stable")[:25]:
+            times.append((float(t[i]), offset + int(i)))
+            cfgs.append(config_at(b, int(i)))
+        offset += len(t)
+    order = sorted(range(len(times)), key=lambda j: times[j])[:25]
+    res = exhaustive_search(space, top_k=25)
+    assert [t for _, t in res.top] == [times[j][0] for j in order]
+    assert [c for c, _ in res.top] == [cfgs[j] for j in order]
+    assert res.best_config == res.top[0][0] and res.best_iteration_time_s == res.top[0][1]

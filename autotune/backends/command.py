@@ -30,25 +30,32 @@ command that leaves its process group (``setsid``, a scheduler's own daemons) is
 Output is read as it comes: the last 256 KiB of each stream and the last result line are kept,
 whatever the command prints (lines over 1 MiB are not considered for the result).
 
-Mapping to torchtitan (``--parallelism.*`` and ``--training.*`` of its JobConfig):
+Mapping to torchtitan 0.3.0 (the PyPI release; ``torchtitan/config/configs.py``, options given
+as ``--section.field=value`` after its ``--module`` / ``--config``):
 
-==========================================  ======================================================
-torchtitan option                           from the configuration
-==========================================  ======================================================
-``--parallelism.tensor_parallel_degree``    tp
-``--parallelism.context_parallel_degree``   cp
-``--parallelism.expert_parallel_degree``    ep
-``--parallelism.pipeline_parallel_degree``  pp
-``--parallelism.data_parallel_shard_degree``      dp for fsdp/zero1; dp / buildings for hsdp; 1 for ddp
-``--parallelism.data_parallel_replicate_degree``  1 for fsdp/zero1; buildings for hsdp; dp for ddp
-``--parallelism.pipeline_parallel_schedule``      PyTorch schedule class name (``Interleaved1F1B``, ...)
+=================================================  ===============================================
+torchtitan option                                  from the configuration
+=================================================  ===============================================
+``--parallelism.tensor_parallel_degree``           tp
+``--parallelism.context_parallel_degree``          cp
+``--parallelism.expert_parallel_degree``           ep
+``--parallelism.pipeline_parallel_degree``         pp
+``--parallelism.data_parallel_shard_degree``       dp for fsdp/zero1; dp / buildings for hsdp; 1 for ddp
+``--parallelism.data_parallel_replicate_degree``   1 for fsdp/zero1; buildings for hsdp; dp for ddp
+``--parallelism.pipeline_parallel_schedule``       PyTorch schedule class name (``Interleaved1F1B``, ...)
 ``--parallelism.pipeline_parallel_microbatch_size``  micro_batch
-``--activation_checkpoint.mode``            none / selective / full
-==========================================  ======================================================
+``--parallelism.fsdp_reshard_after_forward``       fsdp / hsdp: the workload's regather policy
+                                                   (always / default / never); zero1: never
+``--training.local_batch_size``                    global batch / dp (sequences per DP rank per step)
+``--training.global_batch_size``, ``--training.seq_len``   the scenario's
+``activation-checkpoint:{none,selective,full}``    recompute (a tyro subcommand, last on the line)
+=================================================  ===============================================
 
-torchtitan has no ZeRO-1 mode of its own (FSDP with ``reshard_after_forward=False`` is the
+torchtitan has no ZeRO-1 mode of its own (FSDP with ``reshard_after_forward`` never is the
 nearest); placement and transport knobs have no torchtitan option: pass them to your launcher
-(rank ordering, NCCL environment: ``NCCL_IB_QPS_PER_CONNECTION={xb_queue_pairs}``).
+(rank ordering, NCCL environment: ``NCCL_IB_QPS_PER_CONNECTION={xb_queue_pairs}``). A template's
+named fields are the last part of each option name (``{tensor_parallel_degree}``, ...) and
+``{mode}`` for the recompute setting.
 """
 from __future__ import annotations
 
@@ -89,6 +96,11 @@ DRAIN_S = 0.5
 child holding the pipe open does not hold the trial)."""
 
 
+TORCHTITAN_VERSION = "0.3.0"
+"""The torchtitan release whose option names ``torchtitan_args`` writes (read from its source)."""
+_REGATHER_TO_RESHARD = {"every_pass": "always", "forward": "default", "never": "never"}
+
+
 def torchtitan_fields(scenario, config) -> dict:
     """The torchtitan option values of a configuration (see the module docstring)."""
     B = scenario.cluster.n_buildings if config.placement == "dp_out" else 1
@@ -103,6 +115,20 @@ def torchtitan_fields(scenario, config) -> dict:
     values = (config.tp, config.cp, config.ep, config.pp, shard, replicate, sched, config.micro_batch,
               RECOMPUTE_TO_TORCHTITAN[config.recompute])
     return dict(zip(TORCHTITAN_OPTIONS, values))
+
+
+def torchtitan_args(scenario, config) -> list[str]:
+    """torchtitan 0.3.0 command-line options for the configuration and the scenario's batch (the
+    module docstring's table); the recompute setting is a subcommand, so it comes last."""
+    tt = torchtitan_fields(scenario, config)
+    mode = tt.pop("activation_checkpoint.mode")
+    if config.dp_flavour in ("fsdp", "hsdp"):
+        tt["parallelism.fsdp_reshard_after_forward"] = _REGATHER_TO_RESHARD[scenario.workload.fsdp_regather]
+    elif config.dp_flavour == "zero1":
+        tt["parallelism.fsdp_reshard_after_forward"] = "never"
+    tt |= {"training.local_batch_size": scenario.global_batch_seqs // config.dp,
+           "training.global_batch_size": scenario.global_batch_seqs, "training.seq_len": scenario.seq_len}
+    return [f"--{k}={v}" for k, v in tt.items()] + [f"activation-checkpoint:{mode}"]
 
 
 def parse_result(stdout: str) -> dict | None:
@@ -589,7 +615,7 @@ class CommandBackend:
             "seq_len": scenario.seq_len, "model": scenario.model.name}
         for k, v in tt.items():
             _check_value(k, str(v))
-        fields["torchtitan_args"] = " ".join(f"--{k}={shlex.quote(str(v))}" for k, v in tt.items())
+        fields["torchtitan_args"] = " ".join(shlex.quote(a) for a in torchtitan_args(scenario, config))
         fields |= {k.split(".")[-1]: v for k, v in tt.items()}
         return fields
 

@@ -38,10 +38,15 @@ CHUNK_ROWS = 12288
 in cache; whole-batch temporaries of several MiB are mmap'ed and page-faulted on every use."""
 
 
-def evaluate_batch(scenario: Scenario, batch: dict, params: CostParams | None = None) -> dict:
-    """Iteration time, breakdown, memory and feasibility of every configuration in ``batch``."""
+def evaluate_batch(scenario: Scenario, batch: dict, params: CostParams | None = None, *, check: bool = True) -> dict:
+    """Iteration time, breakdown, memory and feasibility of every configuration in ``batch``.
+    ``check``: first raise a one-line UserInputError naming the first rule a row breaks
+    (``SearchSpace.violations``); callers whose rows come from a SearchSpace pass False."""
     p = params or default_params()
     n = len(batch["tp"])
+    if check:
+        from ..space import rules_for
+        rules_for(scenario).check_batch(batch)
     if n <= CHUNK_ROWS:
         return _public(iteration_formulas(scenario, batch, p, NUMPY), n)
     out: dict = {}
@@ -110,10 +115,10 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
         t_core = t_core + memory_bound_time_s(C.UNFUSED_SOFTMAX_TRAFFIC_BYTES_PER_SCORE * k.heads * tok * k.seq / tp,
                                               k.hbm_Bps)
     t_elem = memory_bound_time_s(C.ELEMENTWISE_TRAFFIC_BYTES_PER_TOKEN_HIDDEN * tok * k.h / tp, k.hbm_Bps)
+    t_head = gemm_time(tok, k.h, k.vocab / tp)       # LM head on the last rank
     lin_f = Ls_dense * (t_attn_lin + t_mlp_dense) + Ls_moe * (t_attn_lin + t_moe_lin)
     core_f = Ls * t_core
     elem_f = Ls * t_elem
-    t_head = gemm_time(tok, k.h, k.vocab / tp)       # LM head on the last rank
     t_f_comp = lin_f + core_f + elem_f + t_head
     t_w_comp = lin_f + t_head                        # weight gradients: one GEMM per forward GEMM
     recompute_extra = xp.where(rc == R_FULL, t_f_comp, xp.where(rc == R_SELECTIVE, core_f, 0.0))
@@ -337,9 +342,15 @@ def infeasible_reason(memory_bytes: float, hbm_bytes: float) -> str:
             f"(short by {memory_bytes - hbm_bytes:.0f} bytes)")
 
 
-def evaluate(scenario: Scenario, config, params: CostParams | None = None) -> "Evaluation":
-    """One configuration with its full breakdown: the batch formulas on one row (Python floats)."""
+def evaluate(scenario: Scenario, config, params: CostParams | None = None, *, check: bool = True) -> "Evaluation":
+    """One configuration with its full breakdown: the batch formulas on one row (Python floats).
+    ``check``: first raise a one-line UserInputError naming the rule the configuration breaks
+    (tp beyond the NVLink domain, degrees that do not multiply to the GPU count...); False for
+    a caller that took it from a SearchSpace or wants the model's number for it regardless."""
     from .result import Evaluation
+    if check:
+        from ..space import rules_for
+        rules_for(scenario).check(config)
     p = params or default_params()
     out = iteration_formulas(scenario, _scalar_row(config), p, SCALAR)
     return Evaluation.from_outputs(config, out, out["_hbm_bytes"])

@@ -1,0 +1,52 @@
+"""``search --top K --out DIR``: a launchable result (issue 15)."""
+from __future__ import annotations
+
+import json
+
+import yaml
+
+SCEN = ["--model", "llama3-8b", "--cluster", "metro-2bldg", "--gpus", "64"]
+FILES = {"best_config.yaml", "torchtitan_args.txt", "megatron_args.txt", "nccl.env", "top_k.csv",
+         "scenario.yaml"}
+
+
+def test_out_writes_launch_files_that_read_back(run_cli, tmp_path):
+    out = tmp_path / "best"
+    r = run_cli("search", *SCEN, "--top", "3", "--out", str(out), "--json")
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert {p.name for p in out.iterdir()} == FILES
+    assert len(d["top"]) == 3 and [t["rank"] for t in d["top"]] == [1, 2, 3]
+    times = [t["iteration_time_s"] for t in d["top"]]
+    assert times == sorted(times)
+    best = yaml.safe_load((out / "best_config.yaml").read_text())
+    assert best["iteration_time_s"] == d["best"]["iteration_time_s"]
+    # the written configuration evaluates to the same time through --config FILE and --config TEXT
+    for cfg in (str(out / "best_config.yaml"), best["config_text"]):
+        e = run_cli("evaluate", *SCEN, "--config", cfg, "--json")
+        assert e.returncode == 0, e.stderr
+        assert json.loads(e.stdout)["iteration_time_s"] == best["iteration_time_s"]
+    tt = (out / "torchtitan_args.txt").read_text()
+    c = best["best_config"]
+    assert f"--parallelism.tensor_parallel_degree={c['tp']} " in tt and f"--parallelism.pipeline_parallel_degree={c['pp']} " in tt
+    assert tt.rstrip().endswith(f"activation-checkpoint:{c['recompute']}")
+    assert f"--tensor-model-parallel-size {c['tp']}" in (out / "megatron_args.txt").read_text()
+    assert "export NCCL_BUFFSIZE=" in (out / "nccl.env").read_text()
+    assert len((out / "top_k.csv").read_text().strip().splitlines()) == 1 + 3
+    assert yaml.safe_load((out / "scenario.yaml").read_text())["cluster"]["name"] == "metro-2bldg"
+
+
+def test_out_that_is_a_file_exits_2_and_writes_nothing(run_cli, tmp_path):
+    f = tmp_path / "taken"
+    f.write_text("keep")
+    r = run_cli("search", *SCEN, "--out", str(f))
+    assert r.returncode == 2 and "--out" in r.stderr and "Traceback" not in r.stderr
+    assert f.read_text() == "keep" and sorted(p.name for p in tmp_path.iterdir()) == ["taken"]
+    r = run_cli("search", *SCEN, "--out", str(f / "sub"))
+    assert r.returncode == 2 and "--out" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_top_out_of_range_exits_2(run_cli):
+    for k in ("0", "-3", "100000"):
+        r = run_cli("search", *SCEN, "--top", k)
+        assert r.returncode == 2 and "--top" in r.stderr and "Traceback" not in r.stderr
