@@ -100,7 +100,7 @@ def space(as_json, **kw):
     """Size of the configuration space and how much of it is legal."""
     from .space import SearchSpace
     scen = _scenario(kw)
-    data = SearchSpace(scen).summary()
+    data = SearchSpace(scen).require_legal().summary()
 
     def human(d):
         click.echo(f"scenario: {d['scenario']}")
@@ -130,7 +130,7 @@ def search(top_k, out_dir, as_json, **kw):
     if out_dir is not None:
         check_out_dir(out_dir)
     scen = _scenario(kw)
-    space = SearchSpace(scen)
+    space = SearchSpace(scen).require_legal()
     with tqdm(total=space.legal_count(), unit="cfg", unit_scale=True, disable=as_json or not sys.stderr.isatty(),
               desc="exhaustive") as bar:
         res = exhaustive_search(space, progress=bar.update, top_k=top_k)
@@ -164,6 +164,8 @@ def search(top_k, out_dir, as_json, **kw):
     _emit(data, as_json, human)
 
 
+MAX_BENCH_ROWS = 1 << 22
+"""Largest --rows of bench: the sampled batch takes about 170 bytes per row (~0.7 GB)."""
 MAX_TOP_K = 1000
 """Largest --top: each kept configuration is evaluated again for its breakdown."""
 
@@ -471,8 +473,8 @@ def kernels(data_path, fit, as_json):
 def bench(rows, as_json):
     """Cost-model speed on llama3-405b x campus-5bldg (the largest preset space)."""
     from .bench import run_bench
-    if rows <= 0:
-        raise UserInputError("--rows", rows, "a positive integer")
+    if not 1 <= rows <= MAX_BENCH_ROWS:
+        raise UserInputError("--rows", rows, f"an integer from 1 to {MAX_BENCH_ROWS} (2**22)")
     data = run_bench(rows)
 
     def human(d):

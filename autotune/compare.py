@@ -19,7 +19,7 @@ def exhaustive_optimum(scenario: Scenario, cache_dir: Path | None = None) -> dic
     f = cache_dir / f"optimum-{scenario.key}.json" if cache_dir else None
     if f is not None and f.exists():
         return json.loads(f.read_text())
-    res = exhaustive_search(SearchSpace(scenario))
+    res = exhaustive_search(SearchSpace(scenario).require_legal())
     out = {"optimum_s": res.best_iteration_time_s, "legal_count": res.legal_count,
            "best_config": res.best_config.model_dump(), "elapsed_s": res.elapsed_s}
     if f is not None:
@@ -106,8 +106,10 @@ def run_compare(scenario: Scenario, strategies, budget: int, seeds: int, out_dir
     from .strategies.registry import make_strategy
     for s in strategies:
         make_strategy(s) if s != "ppo" else None     # unknown names fail before any work
+    SearchSpace(scenario).require_legal()           # before anything is written
+    from .launch import check_out_dir
+    check_out_dir(str(out_dir))
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     opt = exhaustive_optimum(scenario, out)
     bar = None
     if progress:

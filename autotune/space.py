@@ -363,6 +363,22 @@ class SearchSpace:
             raise UserInputError("scenario", self.scenario.summary(), "a scenario with at least one legal configuration")
         return self.rows(rng.integers(0, total, size=n))
 
+    def require_legal(self) -> "SearchSpace":
+        """Self, or a one-line UserInputError saying why the scenario has no legal configuration
+        and what to change."""
+        if self.legal_count() > 0:
+            return self
+        s, m = self.scenario, self.scenario.model
+        if len(self.degree_tuples) == 0:
+            why = (f"no tp x cp x pp x dp equals its {s.n_gpus} GPUs with tp <= {max(self.tp_values)}, "
+                   f"pp <= {m.n_layers} layers, cp among {self.cp_values} and dp dividing the global batch "
+                   f"({s.global_batch_seqs} sequences): change --gpus or --global-batch")
+        else:
+            why = ("every combination of degrees breaks a placement, schedule or micro-batch rule "
+                   "(`autotune space --json` lists the rules): change --gpus, --global-batch or the cluster")
+        raise UserInputError("scenario", f"{m.name} on {s.cluster.name}, {s.n_gpus} GPUs",
+                             f"a scenario with at least one legal configuration; {why}")
+
     def summary(self) -> dict:
         legal = self.legal_count()
         raw = self.raw_size()

@@ -517,7 +517,7 @@ class StudyRunner:
         self.track = track
         self.seed_baselines = seed_baselines
         self.progress = progress
-        self.space = SearchSpace(scenario)
+        self.space = SearchSpace(scenario).require_legal()
         self.encoding = FlatEncoding(self.space)
         self.distributions = distributions_for(self.encoding, self.strategy.sampler_name,
                                                self.spec.categorical_unordered)

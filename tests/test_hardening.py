@@ -621,3 +621,33 @@ def test_configuration_file_with_duplicate_keys_is_refused(tmp_path):
     f.write_text("tp: 8\npp: 2\ntp: 4\n")
     code, _, err = run(["evaluate", *SCEN, "--config", str(f)])
     assert_one_line_error(code, err, "--config", "'tp' twice")
+
+
+NO_LEGAL = ["--model", "llama3-8b", "--cluster", "metro-2bldg", "--gpus", "4096", "--global-batch", "1"]
+
+
+@pytest.mark.parametrize("cmd", [["space"], ["search"], ["study", "--trials", "2"],
+                                 ["compare", "--strategies", "random", "--budget", "3", "--seeds", "1"]])
+def test_no_legal_configuration_exits_2_with_a_hint_and_writes_nothing(cmd, tmp_path, monkeypatch):
+    """Issue 17 item 4: a scenario with no legal configuration crashed `study` (max() of an empty
+    sequence) and gave exit 0 from `space` and `search`."""
+    monkeypatch.chdir(tmp_path)
+    extra = ["--storage", f"sqlite:///{tmp_path}/s.db", "--tracking-uri", f"sqlite:///{tmp_path}/m.db"] \
+        if cmd[0] == "study" else (["--out", str(tmp_path / "cmp")] if cmd[0] == "compare" else [])
+    code, out, err = run([*cmd, *NO_LEGAL, *extra])
+    assert code == 2 and "Traceback" not in err
+    assert "at least one legal configuration" in err and "--global-batch" in err and len(err.strip().splitlines()) == 1
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_bench_rows_are_bounded():
+    code, _, err = run(["bench", "--rows", str(10**9)])
+    assert code == 2 and "--rows" in err and len(err.strip().splitlines()) == 1
+
+
+def test_compare_out_that_is_a_file_exits_2(tmp_path):
+    f = tmp_path / "afile"
+    f.write_text("keep")
+    code, _, err = run(["compare", *SMALL, "--strategies", "random", "--budget", "3", "--seeds", "1", "--out", str(f),
+                        "--no-tracking"])
+    assert code == 2 and "--out" in err and "Traceback" not in err and f.read_text() == "keep"
