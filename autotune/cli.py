@@ -36,6 +36,19 @@ def scenario_options(f):
     return f
 
 
+def params_option(f):
+    return click.option("--params", "params_file", default=None,
+                        help="cost-model parameter file (as `validate --fit --write` writes it); "
+                             "default: the shipped calibration")(f)
+
+
+def _params(path):
+    if path is None:
+        return None
+    from .costmodel.params import load_params_file
+    return load_params_file(path)
+
+
 def _scenario(kw):
     from .specs.presets import build_scenario
     return build_scenario(model=kw.pop("model"), cluster=kw.pop("cluster"), gpus=kw.pop("gpus"),
@@ -67,25 +80,27 @@ def _print_evaluation(d: dict) -> None:
 @scenario_options
 @click.option("--config", "config_text", required=True, help='"tp=8,pp=16,placement=dp_out,..." or a YAML file')
 @click.option("--simulate", is_flag=True, help="also run the event-level pipeline simulator")
+@params_option
 @click.option("--json", "as_json", is_flag=True)
-def evaluate(config_text, simulate, as_json, **kw):
+def evaluate(config_text, simulate, params_file, as_json, **kw):
     """Iteration time and breakdown of one configuration."""
     from .configparse import make_config, parse_config_text
     from .costmodel import evaluate as evaluate_one
     from .space import SearchSpace
+    params = _params(params_file)
     scen = _scenario(kw)
     cfg = make_config(parse_config_text(config_text), scen.n_gpus)
     SearchSpace(scen).check(cfg)
-    ev = evaluate_one(scen, cfg)
-    from .launch import launch_summary
-    data = ev.to_dict() | {"scenario": scen.summary(), "launch": launch_summary(cfg)}
+    ev = evaluate_one(scen, cfg, params)
+    from .launch import config_text as pasteable, launch_summary
+    data = ev.to_dict() | {"scenario": scen.summary(), "launch": launch_summary(cfg), "config_text": pasteable(cfg)}
     if simulate:
         from .costmodel.simulator import simulate as sim
-        data["simulated"] = sim(scen, cfg)
+        data["simulated"] = sim(scen, cfg, params)
 
     def human(d):
         click.echo(f"scenario: {d['scenario']}")
-        click.echo(f"config:   {d['config']}")
+        click.echo(f"config:   {d['config_text']}")
         _print_evaluation(d)
         _print_launch(d["launch"])
         if "simulated" in d:
@@ -116,8 +131,9 @@ def space(as_json, **kw):
 @click.option("--out", "out_dir", default=None,
               help="folder to write the launch files into: best_config.yaml, torchtitan_args.txt (torchtitan 0.3.0), "
                    "megatron_args.txt, nccl.env, top_k.csv, scenario.yaml")
+@params_option
 @click.option("--json", "as_json", is_flag=True)
-def search(top_k, out_dir, as_json, **kw):
+def search(top_k, out_dir, params_file, as_json, **kw):
     """Exhaustive search of the whole legal space: the optimum and why."""
     from tqdm import tqdm
 
@@ -127,14 +143,15 @@ def search(top_k, out_dir, as_json, **kw):
     from .strategies import exhaustive_search
     if not 1 <= top_k <= MAX_TOP_K:
         raise UserInputError("--top", top_k, f"an integer from 1 to {MAX_TOP_K}")
+    params = _params(params_file)
     if out_dir is not None:
         check_out_dir(out_dir)
     scen = _scenario(kw)
     space = SearchSpace(scen).require_legal()
     with tqdm(total=space.legal_count(), unit="cfg", unit_scale=True, disable=as_json or not sys.stderr.isatty(),
               desc="exhaustive") as bar:
-        res = exhaustive_search(space, progress=bar.update, top_k=top_k)
-    top = [(c, evaluate_one(scen, c, check=False)) for c, _ in res.top]
+        res = exhaustive_search(space, params, progress=bar.update, top_k=top_k)
+    top = [(c, evaluate_one(scen, c, params, check=False)) for c, _ in res.top]
     data = {"scenario": scen.summary(), "legal_count": res.legal_count, "feasible_count": res.feasible_count,
             "elapsed_s": res.elapsed_s, "best": top[0][1].to_dict() if top else None,
             "top": [{"rank": i, "config_text": config_text(c), **e.to_dict()} for i, (c, e) in enumerate(top, 1)]}
@@ -355,13 +372,17 @@ def compare(strategies, budget, seeds, out_dir, seed_baselines, tracking_uri, no
 @click.option("--loso", is_flag=True, help="leave-one-source-family-out: for each source family, fit on the other "
               "families' rows and score the held-out family's rows (each row scored once, by a fit that never saw it)")
 @click.option("--jobs", type=int, default=0, help="with --loso: fits run in this many processes (0 = one per CPU)")
+@params_option
 @click.option("--json", "as_json", is_flag=True)
-def validate(runs, fit, write_path, loso, jobs, as_json):
+def validate(runs, fit, write_path, loso, jobs, params_file, as_json):
     """Error of the cost model on measured runs, row by row (in-sample, or held out by source family)."""
     from .validation import default_jobs, fit_params, loso as run_loso, one_line, write_params
     from .validation import validate as run_validation
     if jobs < 0:
         raise UserInputError("--jobs", jobs, "0 (one per CPU) or a positive number of processes")
+    if params_file is not None and (fit or loso):
+        raise UserInputError("--params", params_file, "not with --fit or --loso (they fit the parameters); "
+                             "alone it scores the runs with the file's parameters")
     if loso:
         if fit or write_path:
             raise UserInputError("--fit" if fit else "--write", write_path if write_path else True,
@@ -369,7 +390,7 @@ def validate(runs, fit, write_path, loso, jobs, as_json):
                                  "to write a calibration)")
         data = run_loso(runs, jobs=jobs or default_jobs(), progress=not as_json and sys.stderr.isatty())
     else:
-        params = None
+        params = _params(params_file)
         if fit:
             params, report = fit_params(runs)
             if write_path:

@@ -64,3 +64,28 @@ def default_params() -> CostParams:
         return CostParams()
     data = yaml.safe_load(f.read_text()) or {}
     return CostParams(**{k: float(v) for k, v in (data.get("params") or {}).items() if k in CostParams.names()})
+
+
+def load_params_file(path: str) -> CostParams:
+    """A parameter file as ``autotune validate --fit --write`` writes it (a ``params:`` mapping,
+    or the mapping itself): every key a CostParams field, every value a finite number; fields
+    it leaves out keep the shipped calibration's values. One-line UserInputError otherwise."""
+    import math
+
+    from ..errors import UserInputError
+    from ..yamlsafe import load_text, read_file
+    data = load_text(read_file(path, "--params"), "--params", path)
+    if isinstance(data, dict) and isinstance(data.get("params"), dict):
+        data = data["params"]
+    if not isinstance(data, dict) or not data:
+        raise UserInputError("--params", path, "a YAML mapping of cost-model parameters (as validate --fit --write "
+                             "writes it: params: {name: value})")
+    names = CostParams.names()
+    out = {}
+    for k, v in data.items():
+        if k not in names:
+            raise UserInputError(f"--params {path}: {k}", v, "a parameter among " + ", ".join(names))
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+            raise UserInputError(f"--params {path}: {k}", v, "a finite number >= 0")
+        out[k] = float(v)
+    return default_params().with_values(**out)

@@ -1,0 +1,38 @@
+"""``--params FILE``: a calibration file is used by the commands that evaluate (issue 15)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from autotune.costmodel.params import default_params
+
+SCEN = ["--model", "llama3-8b", "--cluster", "metro-2bldg", "--gpus", "64"]
+CFG = ["--config", "tp=8,pp=1"]
+
+
+def test_params_file_changes_evaluate_and_search(run_cli, tmp_path):
+    f = tmp_path / "cal.yaml"
+    f.write_text(yaml.safe_dump({"params": {"gemm_efficiency_max": default_params().gemm_efficiency_max / 2}}))
+    base = json.loads(run_cli("evaluate", *SCEN, *CFG, "--json").stdout)
+    slow = run_cli("evaluate", *SCEN, *CFG, "--params", str(f), "--json")
+    assert slow.returncode == 0, slow.stderr
+    assert json.loads(slow.stdout)["breakdown"]["compute_s"] > 1.5 * base["breakdown"]["compute_s"]
+    s0 = json.loads(run_cli("search", *SCEN, "--json").stdout)["best"]["iteration_time_s"]
+    s1 = json.loads(run_cli("search", *SCEN, "--params", str(f), "--json").stdout)["best"]["iteration_time_s"]
+    assert s1 > s0
+
+
+@pytest.mark.parametrize("text, words", [
+    ("params: {gemm_efficiency_max: abc}", "a finite number"),
+    ("params: {no_such_param: 1.0}", "a parameter among"),
+    ("params: {gemm_efficiency_max: .nan}", "a finite number"),
+    ("- 1\n- 2\n", "a YAML mapping"),
+])
+def test_bad_params_file_exits_2(run_cli, tmp_path, text, words):
+    f = tmp_path / "bad.yaml"
+    f.write_text(text)
+    r = run_cli("evaluate", *SCEN, *CFG, "--params", str(f))
+    assert r.returncode == 2 and words in r.stderr and "Traceback" not in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
