@@ -1,15 +1,24 @@
 """autotune: find the fastest scale-across training configuration, and show why."""
-from .costmodel import CostParams, Evaluation, evaluate, evaluate_batch
-from .space import SearchSpace
-from .specs import Config, Scenario, build_scenario
 
 __all__ = ["Config", "CostParams", "Evaluation", "Scenario", "SearchSpace", "build_scenario", "evaluate", "run_study",
            "evaluate_batch"]
 
+_LAZY = {"Config": ".specs", "Scenario": ".specs", "build_scenario": ".specs", "SearchSpace": ".space",
+         "CostParams": ".costmodel", "Evaluation": ".costmodel", "evaluate": ".costmodel",
+         "evaluate_batch": ".costmodel", "run_study": ".study"}
+
 
 def __getattr__(name):
-    """Heavy parts (Optuna, MLflow) load on first use: ``autotune.run_study``."""
-    if name == "run_study":
-        from .study import run_study
-        return run_study
-    raise AttributeError(name)
+    """Every public name loads on first use, so ``autotune --help`` does not import the cost model
+    (numpy, scipy), Optuna or MLflow."""
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'autotune' has no attribute {name!r}")
+    import importlib
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))

@@ -180,3 +180,12 @@ def test_library_rejects_illegal_configurations(campus, cfg, field, words):
     # the opt-out answers with the model's number, as before
     assert evaluate(campus, c, check=False).iteration_time_s > 0
     assert len(evaluate_batch(campus, batch_from_configs([ok, c]), check=False)["iteration_time_s"]) == 2
+
+
+def test_poisson_cdf_matches_scipy():
+    from scipy.special import pdtr
+
+    from autotune.costmodel.network import poisson_cdf
+    for lam in (1e-3, 0.5, 1.0, 7.0, 64.0, 500.0, 2000.0):
+        kmax = int(lam + 12 * lam ** 0.5 + 30)
+        assert np.max(np.abs(poisson_cdf(kmax, lam) - pdtr(np.arange(kmax + 1), lam))) < 1e-10

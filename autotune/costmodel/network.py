@@ -7,7 +7,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy.stats import poisson
 
 from .xp import NUMPY
 
@@ -16,6 +15,16 @@ from .constants import (PACKET_SPRAY_EFFICIENCY, PACKET_SPRAY_REORDER_PROB, RTO_
 
 LB_ECMP, LB_QP_SPRAY, LB_PACKET_SPRAY = 0, 1, 2
 LR_GBN, LR_SR = 0, 1
+
+def poisson_cdf(kmax: int, lam: float) -> np.ndarray:
+    """P(X <= k) for k = 0..kmax, X ~ Poisson(lam): the cumulative sum of the pmf
+    exp(-lam + k ln lam - ln k!) (log space, so no term under- or overflows before it is summed).
+    Written out to keep scipy out of the start-up path; matches scipy.special.pdtr to ~1e-13
+    (tests/test_costmodel.py)."""
+    k = np.arange(kmax + 1, dtype=np.float64)
+    log_fact = np.concatenate(([0.0], np.cumsum(np.log(np.arange(1, kmax + 1, dtype=np.float64)))))
+    return np.minimum(np.cumsum(np.exp(-lam + k * math.log(lam) - log_fact)), 1.0)
+
 
 def _expected_max_occupancy_scalar(balls: int, bins: int) -> float:
     """E[max bin load] of ``balls`` flows hashed uniformly onto ``bins`` paths.
@@ -32,8 +41,7 @@ def _expected_max_occupancy_scalar(balls: int, bins: int) -> float:
     if lam > 2000:  # Gaussian tail: lambda + sqrt(2 lambda ln bins)
         return lam + math.sqrt(2 * lam * math.log(bins))
     kmax = int(lam + 12 * math.sqrt(lam) + 30)
-    k = np.arange(1, kmax + 1)
-    cdf = poisson.cdf(k - 1, lam)
+    cdf = poisson_cdf(kmax - 1, lam)
     e = float(np.sum(1.0 - cdf ** bins))
     return max(e, math.ceil(lam), 1.0)
 
