@@ -53,6 +53,7 @@ def test_free_network_bound_is_admissible(case, seed):
     assert (lb <= real * (1 + 1e-12)).all()
 
 
+@SLOW           # 10 s of brute force; the only proof that --top K is exact, so CI's slow suite runs it
 def test_top_k_equals_brute_force():
     """``top_k``: the K fastest of the whole legal space, in order, ties by enumeration order."""
     space = SearchSpace(build_scenario("llama3-8b", "metro-2bldg", gpus=512,
