@@ -308,7 +308,9 @@ def nccl_choice(kind, size_bytes, n, bw, allow_ll128=True, xp=NUMPY, pat_ok=Fals
 
 def _all(kind, value) -> bool:
     """Every row's kind is ``value`` (a number, or an array of one value)."""
-    return bool(np.all(np.asarray(kind) == value))
+    if isinstance(kind, np.ndarray):
+        return bool((kind == value).all())
+    return kind == value
 
 
 def collective(kind, algo, proto, size_bytes, n_in, n_x, bw_in, a_in, bw_x_ring, bw_x_all, a_x,
