@@ -57,7 +57,8 @@ def _scenario(kw):
                           overrides=kw.pop("overrides"))
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "show_default": True})
+@click.version_option(package_name="autotune", prog_name="autotune")
 def cli():
     """autotune: find the fastest scale-across training configuration, and show why."""
 

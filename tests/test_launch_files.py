@@ -50,3 +50,12 @@ def test_top_out_of_range_exits_2(run_cli):
     for k in ("0", "-3", "100000"):
         r = run_cli("search", *SCEN, "--top", k)
         assert r.returncode == 2 and "--top" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_version_and_python_m(run_cli):
+    import subprocess
+    import sys
+    r = subprocess.run([sys.executable, "-m", "autotune", "--version"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and r.stdout.startswith("autotune, version ")
+    h = run_cli("search", "--help")
+    assert "[default: 1]" in h.stdout      # --top shows its default
