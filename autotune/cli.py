@@ -145,10 +145,10 @@ def search(top_k, out_dir, params_file, as_json, **kw):
     if not 1 <= top_k <= MAX_TOP_K:
         raise UserInputError("--top", top_k, f"an integer from 1 to {MAX_TOP_K}")
     params = _params(params_file)
-    if out_dir is not None:
-        check_out_dir(out_dir)
     scen = _scenario(kw)
     space = SearchSpace(scen).require_legal()
+    if out_dir is not None:
+        check_out_dir(out_dir)
     with tqdm(total=space.legal_count(), unit="cfg", unit_scale=True, disable=as_json or not sys.stderr.isatty(),
               desc="exhaustive") as bar:
         res = exhaustive_search(space, params, progress=bar.update, top_k=top_k)

@@ -96,7 +96,7 @@ def megatron_args(scenario, cfg: Config) -> tuple[list[str], list[str]]:
         args.append("--use-distributed-optimizer")
     elif cfg.dp_flavour in ("fsdp", "hsdp"):
         args.append("--use-torch-fsdp2")
-        if scenario.workload.fsdp_regather != "every_pass":
+        if scenario.workload.fsdp_regather == "never":
             args.append("--torch-fsdp2-no-reshard-after-forward")
         if cfg.dp_flavour == "hsdp":
             notes.append("hsdp: FSDP2 over a 2-D (replicate, shard) mesh; Megatron-LM has no one flag for it, "

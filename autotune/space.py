@@ -241,6 +241,7 @@ class SearchSpace:
         (in a batch of several), its value and what is allowed."""
         rules = self.rules()
         n = len(b["tp"])
+        _check_ranges(b, n)
         for name, bad in self.violations(b).items():
             rows = np.flatnonzero(bad)
             if len(rows):
@@ -385,6 +386,26 @@ class SearchSpace:
         return {"raw_size": raw, "legal_count": legal, "legal_fraction": legal / raw if raw else 0.0,
                 "degree_tuples": int(len(self.degree_tuples)), "transport_combos": self.n_transport,
                 "scenario": self.scenario.summary()}
+
+
+def _check_ranges(b: ConfigBatch, n: int) -> None:
+    """Every integer field within Config's bounds and every categorical code a valid index (a
+    batch built by hand skips Config's validation; the legality rules assume both)."""
+    where = (lambda i: f" (row {i} of {n})" if n > 1 else "")
+    for f in FIELDS:
+        col = np.asarray(b[f])
+        if f in CATEGORICAL:
+            lo, hi = 0, len(CATEGORICAL[f]) - 1
+            allowed = f"a code 0..{hi} ({', '.join(CATEGORICAL[f])})"
+        else:
+            meta = Config.model_fields[f].metadata
+            lo = next(m.ge for m in meta if hasattr(m, "ge"))
+            hi = next(m.le for m in meta if hasattr(m, "le"))
+            allowed = f"an integer from {lo} to {hi}"
+        bad = np.flatnonzero((col < lo) | (col > hi) | (col != np.floor(col)))
+        if len(bad):
+            i = int(bad[0])
+            raise UserInputError(f"config.{f}{where(i)}", col[i].item(), allowed)
 
 
 def rules_for(scenario: Scenario) -> SearchSpace:

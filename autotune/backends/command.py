@@ -40,13 +40,14 @@ torchtitan option                                  from the configuration
 ``--parallelism.context_parallel_degree``          cp
 ``--parallelism.expert_parallel_degree``           ep
 ``--parallelism.pipeline_parallel_degree``         pp
-``--parallelism.data_parallel_shard_degree``       dp for fsdp/zero1; dp / buildings for hsdp; 1 for ddp
-``--parallelism.data_parallel_replicate_degree``   1 for fsdp/zero1; buildings for hsdp; dp for ddp
+``--parallelism.data_parallel_shard_degree``       dp for fsdp/zero1; dp / buildings spanned for hsdp; 1 for ddp
+``--parallelism.data_parallel_replicate_degree``   1 for fsdp/zero1; buildings spanned for hsdp; dp for ddp
 ``--parallelism.pipeline_parallel_schedule``       PyTorch schedule class name (``Interleaved1F1B``, ...)
 ``--parallelism.pipeline_parallel_microbatch_size``  micro_batch
-``--parallelism.fsdp_reshard_after_forward``       fsdp / hsdp: the workload's regather policy
-                                                   (always / default / never); zero1: never
-``--training.local_batch_size``                    global batch / dp (sequences per DP rank per step)
+``--parallelism.fsdp_reshard_after_forward``       fsdp / hsdp: always, or never where the workload's
+                                                   regather policy is never; zero1: never
+``--training.local_batch_size``                    pp > 1: global batch / dp (cut into micro-batches);
+                                                   pp = 1: micro_batch (gradients accumulate to the global batch)
 ``--training.global_batch_size``, ``--training.seq_len``   the scenario's
 ``activation-checkpoint:{none,selective,full}``    recompute (a tyro subcommand, last on the line)
 =================================================  ===============================================
@@ -98,12 +99,26 @@ child holding the pipe open does not hold the trial)."""
 
 TORCHTITAN_VERSION = "0.3.0"
 """The torchtitan release whose option names ``torchtitan_args`` writes (read from its source)."""
-_REGATHER_TO_RESHARD = {"every_pass": "always", "forward": "default", "never": "never"}
+_REGATHER_TO_RESHARD = {"every_pass": "always", "forward": "always", "never": "never"}
+"""torchtitan's ``fsdp_reshard_after_forward`` per workload regather policy: "default" would
+mean never under pipeline parallelism, so the policies that gather before each forward say so."""
+
+
+def _dp_buildings(scenario, config) -> int:
+    """Buildings the data-parallel group spans under the configuration's placement (the cost
+    model's ``terms.building_spans``): HSDP replicates across them."""
+    B = scenario.cluster.n_buildings
+    if config.placement in ("dp_out", "ep_out", "cp_out"):
+        return B
+    if config.placement == "hybrid":
+        f = next((f for f in range(2, B) if B % f == 0), 0)
+        return B // f if f else 1
+    return 1
 
 
 def torchtitan_fields(scenario, config) -> dict:
     """The torchtitan option values of a configuration (see the module docstring)."""
-    B = scenario.cluster.n_buildings if config.placement == "dp_out" else 1
+    B = _dp_buildings(scenario, config)
     if config.dp_flavour == "ddp":
         shard, replicate = 1, config.dp
     elif config.dp_flavour == "hsdp":
@@ -126,7 +141,10 @@ def torchtitan_args(scenario, config) -> list[str]:
         tt["parallelism.fsdp_reshard_after_forward"] = _REGATHER_TO_RESHARD[scenario.workload.fsdp_regather]
     elif config.dp_flavour == "zero1":
         tt["parallelism.fsdp_reshard_after_forward"] = "never"
-    tt |= {"training.local_batch_size": scenario.global_batch_seqs // config.dp,
+    # torchtitan runs local_batch_size sequences per forward and accumulates gradients up to the
+    # global batch; under PP the local batch is cut into micro-batches of the microbatch size
+    local = scenario.global_batch_seqs // config.dp if config.pp > 1 else config.micro_batch
+    tt |= {"training.local_batch_size": local,
            "training.global_batch_size": scenario.global_batch_seqs, "training.seq_len": scenario.seq_len}
     return [f"--{k}={v}" for k, v in tt.items()] + [f"activation-checkpoint:{mode}"]
 

@@ -66,6 +66,11 @@ def default_params() -> CostParams:
     return CostParams(**{k: float(v) for k, v in (data.get("params") or {}).items() if k in CostParams.names()})
 
 
+ZERO_ALLOWED = frozenset({"gemm_half_intensity_ridge_ratio", "attention_head_dim_half", "attention_seq_half",
+                          "fp8_gemm_speedup_realised", "nccl_overhead_scale", "dp_collective_scale"})
+"""Parameters for which 0 means something (no effect, no cost); the others divide a time."""
+
+
 def load_params_file(path: str) -> CostParams:
     """A parameter file as ``autotune validate --fit --write`` writes it (a ``params:`` mapping,
     or the mapping itself): every key a CostParams field, every value a finite number; fields
@@ -85,7 +90,8 @@ def load_params_file(path: str) -> CostParams:
     for k, v in data.items():
         if k not in names:
             raise UserInputError(f"--params {path}: {k}", v, "a parameter among " + ", ".join(names))
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
-            raise UserInputError(f"--params {path}: {k}", v, "a finite number >= 0")
+        zero_ok = k in ZERO_ALLOWED
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0 or (v == 0 and not zero_ok):
+            raise UserInputError(f"--params {path}: {k}", v, "a finite number >= 0" if zero_ok else "a finite number > 0")
         out[k] = float(v)
     return default_params().with_values(**out)
