@@ -189,3 +189,16 @@ def test_poisson_cdf_matches_scipy():
     for lam in (1e-3, 0.5, 1.0, 7.0, 64.0, 500.0, 2000.0):
         kmax = int(lam + 12 * lam ** 0.5 + 30)
         assert np.max(np.abs(poisson_cdf(kmax, lam) - pdtr(np.arange(kmax + 1), lam))) < 1e-10
+
+
+@pytest.mark.parametrize("field, value, words", [("placement", 7, "a code 0..4"), ("placement", -1, "a code 0..4"),
+                                                 ("micro_batch", 0, "from 1 to"), ("recompute", 3, "a code 0..2")])
+def test_library_rejects_codes_and_integers_out_of_range(field, value, words):
+    from autotune.errors import UserInputError
+    s = build_scenario("llama3-8b", "metro-2bldg", gpus=64)
+    b = SearchSpace(s).sample(4, seed=0)
+    b[field] = b[field].copy()
+    b[field][1] = value
+    with pytest.raises(UserInputError) as e:
+        evaluate_batch(s, b)
+    assert str(e.value).startswith(f"config.{field} (row 1 of 4): got {value}") and words in str(e.value)

@@ -59,3 +59,20 @@ def test_version_and_python_m(run_cli):
     assert r.returncode == 0 and r.stdout.startswith("autotune, version ")
     h = run_cli("search", "--help")
     assert "[default: 1]" in h.stdout      # --top shows its default
+
+
+def test_torchtitan_batch_and_hsdp_degrees():
+    """torchtitan accumulates local batches up to the global one; under PP the local batch is cut
+    into micro-batches. HSDP replicates over the buildings its DP group spans, whatever the
+    placement that spans them."""
+    from autotune.backends.command import torchtitan_args
+    from autotune.specs import Config, build_scenario
+    s = build_scenario("llama3-8b", "metro-2bldg", gpus=64)
+    a = torchtitan_args(s, Config(tp=2, pp=1, dp=32, micro_batch=2))
+    assert "--training.local_batch_size=2" in a and f"--training.global_batch_size={s.global_batch_seqs}" in a
+    a = torchtitan_args(s, Config(tp=2, pp=4, dp=8, micro_batch=2, pp_schedule="1f1b"))
+    assert f"--training.local_batch_size={s.global_batch_seqs // 8}" in a
+    assert "--parallelism.pipeline_parallel_microbatch_size=2" in a
+    m = build_scenario("mixtral-8x7b", "metro-2bldg", gpus=512)
+    a = torchtitan_args(m, Config(tp=8, ep=8, dp=64, placement="ep_out", dp_flavour="hsdp"))
+    assert "--parallelism.data_parallel_replicate_degree=2" in a and "--parallelism.data_parallel_shard_degree=32" in a

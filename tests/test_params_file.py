@@ -36,3 +36,12 @@ def test_bad_params_file_exits_2(run_cli, tmp_path, text, words):
     r = run_cli("evaluate", *SCEN, *CFG, "--params", str(f))
     assert r.returncode == 2 and words in r.stderr and "Traceback" not in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_zero_where_a_time_is_divided_by_it_exits_2(run_cli, tmp_path):
+    f = tmp_path / "zero.yaml"
+    f.write_text("params: {gemm_efficiency_max: 0}")
+    r = run_cli("evaluate", *SCEN, *CFG, "--params", str(f))
+    assert r.returncode == 2 and "> 0" in r.stderr and "Traceback" not in r.stderr
+    f.write_text("params: {nccl_overhead_scale: 0}")       # 0 means a library with no software cost
+    assert run_cli("evaluate", *SCEN, *CFG, "--params", str(f)).returncode == 0
