@@ -92,7 +92,7 @@ def evaluate(config_text, simulate, params_file, as_json, **kw):
     scen = _scenario(kw)
     cfg = make_config(parse_config_text(config_text), scen.n_gpus)
     SearchSpace(scen).check(cfg)
-    ev = evaluate_one(scen, cfg, params)
+    ev = evaluate_one(scen, cfg, params, check=False)      # checked just above
     from .launch import config_text as pasteable, launch_summary
     data = ev.to_dict() | {"scenario": scen.summary(), "launch": launch_summary(cfg), "config_text": pasteable(cfg)}
     if simulate:

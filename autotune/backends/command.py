@@ -111,8 +111,8 @@ def _dp_buildings(scenario, config) -> int:
     if config.placement in ("dp_out", "ep_out", "cp_out"):
         return B
     if config.placement == "hybrid":
-        f = next((f for f in range(2, B) if B % f == 0), 0)
-        return B // f if f else 1
+        from ..costmodel.scenario_consts import hybrid_split
+        return hybrid_split(B)[1] or 1
     return 1
 
 

@@ -47,7 +47,7 @@ def precision_bytes(precision: str) -> tuple[float, float, float, float]:
     return C.ACTIVATION_BYTES, C.WEIGHT_BYTES_PER_PARAM, C.GRAD_BYTES_PER_PARAM, C.OPTIMIZER_BYTES_PER_PARAM
 
 
-def _hybrid_split(B: int) -> tuple[int, int]:
+def hybrid_split(B: int) -> tuple[int, int]:
     """Buildings split over pp x dp for the hybrid placement: smallest proper factor to pp."""
     for f in range(2, B):
         if B % f == 0:
@@ -101,7 +101,7 @@ def _compute_consts(scenario: Scenario, params: CostParams) -> ScenarioConsts:
     cz = c.cross_zone or c.scale_out
     cz_Bps = _intra_tier_Bps(cz, G_b, nic, params.network_efficiency)
     xt = c.inter_building_tier or c.scale_out
-    b_pp_h, b_dp_h = _hybrid_split(c.n_buildings)
+    b_pp_h, b_dp_h = hybrid_split(c.n_buildings)
     x_uplink = G_b * xt.bandwidth_Bps / xt.oversubscription
     caps = {g.compute_capability for g in gpus}
     ll128 = all(g.nccl_ll128 for g in gpus) and (len(caps) == 1 or min(caps) >= 9.0)
