@@ -136,7 +136,7 @@ def _layer_fwd_parts(r: dict, g: Gpu, p: CostParams) -> tuple[float, float, floa
         lin += 2.0 * S * h * E / (peak * p.gemm_efficiency_max)
     else:
         lin += gemm_time_s(S, h, 2 * ffn, peak, ridge, p) + gemm_time_s(S, ffn, h, peak, ridge, p)
-    core = attention_core_fwd_time_s(S, S, heads * hd, True, peak, p, hd)
+    core = attention_core_fwd_time_s(S, C.CAUSAL_ATTENTION_WORK_FRACTION * S, 2 * heads * hd, peak, p, hd, S)
     elem = memory_bound_time_s(C.ELEMENTWISE_TRAFFIC_BYTES_PER_TOKEN_HIDDEN * S * h, g.hbm_Bps)
     return lin, core, elem
 
@@ -152,9 +152,12 @@ def predict_s(r: dict, g: Gpu, p: CostParams) -> float | None:
     if kind == "expert_grouped_mm_up":
         return _num(r, "E") * gemm_time_s(_num(r, "T"), _num(r, "K"), 2 * _num(r, "N"), g.peak_bf16, g.ridge, p)
     if kind in ("attn_fwd", "attn_fwd_bwd"):
-        # q_width is heads x head_dim; the backward is attention_backward_time_ratio x the forward
-        fwd = attention_core_fwd_time_s(_num(r, "B") * _num(r, "S"), _num(r, "S"), _num(r, "heads") * _num(r, "head_dim"),
-                                        True, g.peak_bf16, p, _num(r, "head_dim"))
+        # causal: S/2 keys per query; d_qk = d_v = head_dim; the backward is
+        # attention_backward_time_ratio x the forward
+        S = _num(r, "S")
+        fwd = attention_core_fwd_time_s(_num(r, "B") * S, C.CAUSAL_ATTENTION_WORK_FRACTION * S,
+                                        2 * _num(r, "heads") * _num(r, "head_dim"), g.peak_bf16, p,
+                                        _num(r, "head_dim"), S)
         return fwd if kind == "attn_fwd" else (1.0 + p.attention_backward_time_ratio) * fwd
     if kind in ("rmsnorm_fwd", "swiglu_fwd", "copy"):
         # the measured bytes moved (gbps x time), at the model's rate for memory-bound work

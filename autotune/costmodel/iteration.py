@@ -99,7 +99,9 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
 
     def gemm_time(M, K, N):
         return gemm_time_s(M, K, N, k.peak_lin, k.ridge, p)
-    t_attn_lin = gemm_time(tok, k.h, (k.h + 2 * k.kv_dim) / tp) + gemm_time(tok, k.h / tp, k.h)
+    t_attn_lin = 0.0
+    for K_, N_, split in k.attn_gemms:              # ModelSpec.attn_gemms: 2 for GQA, 4-5 for MLA
+        t_attn_lin = t_attn_lin + gemm_time(tok, K_ / tp if split == "K" else K_, N_ / tp if split == "N" else N_)
     t_mlp_dense = gemm_time(tok, k.h, up_n) + gemm_time(tok, k.ffn / tp, k.h)
     if k.experts:
         tok_e = xp.maximum(tok * k.top_k * ep / k.experts, 1.0)   # tokens per local expert
@@ -110,7 +112,7 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
         t_moe_lin = 0.0
     # attention core: FlashAttention skips masked blocks; unfused attention computes all s x s
     # scores and streams them through HBM (softmax, dropout)
-    t_core = attention_core_fwd_time_s(tok, k.seq, k.h / tp, k.flash, k.peak_bf16, p, k.h / k.heads, k.seq / cp)
+    t_core = attention_core_fwd_time_s(tok, k.attn_keys, k.qv_width / tp, k.peak_bf16, p, k.qk_head_dim, k.seq / cp)
     if not k.flash:
         t_core = t_core + memory_bound_time_s(C.UNFUSED_SOFTMAX_TRAFFIC_BYTES_PER_SCORE * k.heads * tok * k.seq / tp,
                                               k.hbm_Bps)
@@ -135,7 +137,7 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
     bw_cp_in, a_cp_in = tier_of_span(k, tp * cp_in, xp)
     bw_cp = xp.where(x_cp > 1, xp.minimum(bw_cp_in, bw_x_p2p), bw_cp_in)
     a_cp = xp.where(x_cp > 1, k.x_alpha_s, a_cp_in)
-    kv_bytes = 2 * tok * k.kv_dim * k.wire_bytes / tp
+    kv_bytes = tok * k.kv_width * k.wire_bytes / tp
     t_cp_ring = (cp - 1) * (kv_bytes / bw_cp + a_cp)
     cp_f = Ls * xp.maximum(0.0, t_cp_ring - t_core)
     cp_b = Ls * xp.maximum(0.0, 2 * t_cp_ring - p.attention_backward_time_ratio * t_core)
@@ -276,10 +278,11 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
     # ---- FLOPs, MFU (model FLOPs, non-causal attention: PaLM / Megatron convention) ----
     act_params_layer = (k.attn_params + (1 - k.moe_frac) * k.dense_mlp_params
                         + k.moe_frac * (k.moe_other_params - k.attn_params + k.top_k * k.expert_params))
-    flops_tok_fwd = k.L * (2 * act_params_layer + 4 * k.seq * k.h) + 2 * k.h * k.vocab
+    attn_core_flops_tok = 2 * k.model_attn_keys * k.qv_width   # 4 s h for standard attention
+    flops_tok_fwd = k.L * (2 * act_params_layer + attn_core_flops_tok) + 2 * k.h * k.vocab
     tokens_step = k.global_batch * k.seq
     model_flops = 3 * flops_tok_fwd * tokens_step
-    recompute_flops = xp.select([rc == R_FULL, rc == R_SELECTIVE], [flops_tok_fwd, k.L * 4 * k.seq * k.h], 0.0) * tokens_step
+    recompute_flops = xp.select([rc == R_FULL, rc == R_SELECTIVE], [flops_tok_fwd, k.L * attn_core_flops_tok], 0.0) * tokens_step
     denom = iteration * k.n_gpus * k.peak_precision
 
     # ---- breakdown (sums to the iteration time) ----

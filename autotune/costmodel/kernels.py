@@ -32,11 +32,13 @@ def expert_block_time_s(tokens_per_expert, hidden, ffn_e, mlp_mats, experts, pea
                       + gemm_time_s(tokens_per_expert, ffn_e, hidden, peak_flops, ridge, p))
 
 
-def attention_flops_fwd(tokens, seq, q_width, flash: bool):
-    """Forward FLOPs of the attention core (QK^T and PV) for ``tokens`` queries against ``seq``
-    keys, q_width = heads x head_dim: 4 tokens seq q_width, halved by causal masking where the
-    kernel skips masked blocks (FlashAttention; Dao 2023)."""
-    return 4.0 * tokens * seq * q_width * (C.CAUSAL_ATTENTION_WORK_FRACTION if flash else 1.0)
+def attention_flops_fwd(tokens, keys_per_query, qv_width):
+    """Forward FLOPs of the attention core: QK^T (2 d_qk per query-key pair and head) and PV
+    (2 d_v) for ``tokens`` queries, each against ``keys_per_query`` keys;
+    qv_width = heads x (d_qk + d_v). Causal masking and windows enter through
+    ``keys_per_query`` (``ModelSpec.attention_keys_per_query``: s/2 where the kernel skips
+    masked blocks, FlashAttention; Dao 2023)."""
+    return 2.0 * tokens * keys_per_query * qv_width
 
 
 def attention_core_efficiency(head_dim, chunk_len, p: CostParams):
@@ -47,13 +49,13 @@ def attention_core_efficiency(head_dim, chunk_len, p: CostParams):
             * chunk_len / (chunk_len + p.attention_seq_half))
 
 
-def attention_core_fwd_time_s(tokens, seq, q_width, flash: bool, peak_flops: float, p: CostParams,
-                              head_dim=128.0, chunk_len=None):
+def attention_core_fwd_time_s(tokens, keys_per_query, qv_width, peak_flops: float, p: CostParams,
+                              head_dim, chunk_len):
     """Seconds of the attention core's forward at ``attention_core_efficiency`` of peak; the
     backward is charged ``attention_backward_time_ratio`` times this (``iteration_formulas``).
-    ``chunk_len``: query tokens per sequence on the rank (default ``seq``)."""
-    eff = attention_core_efficiency(head_dim, seq if chunk_len is None else chunk_len, p)
-    return attention_flops_fwd(tokens, seq, q_width, flash) / (peak_flops * eff)
+    ``chunk_len``: query tokens per sequence on the rank (seq / cp)."""
+    eff = attention_core_efficiency(head_dim, chunk_len, p)
+    return attention_flops_fwd(tokens, keys_per_query, qv_width) / (peak_flops * eff)
 
 
 def memory_bound_time_s(bytes_moved, hbm_Bps: float):

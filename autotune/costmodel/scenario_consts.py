@@ -14,6 +14,12 @@ from .xp import NUMPY, SCALAR
 @dataclass(frozen=True)
 class ScenarioConsts:
     L: float; h: float; ffn: float; heads: float; kv_dim: float; vocab: float; seq: float
+    attn_gemms: tuple            # (K, N, tp-split dimension) per attention projection (ModelSpec.attn_gemms)
+    qv_width: float              # heads x (d_qk + d_v): the attention core's FLOPs per query-key pair / 2
+    kv_width: float              # key + value elements per token (CP's exchange)
+    qk_head_dim: float
+    attn_keys: float             # keys per query the kernel computes, mean over layers
+    model_attn_keys: float       # keys per query counted in model FLOPs
     experts: float; top_k: float; shared: float; ffn_e: float; moe_frac: float
     mlp_mats: float; attn_params: float; dense_mlp_params: float; moe_other_params: float
     expert_params: float; global_batch: float; n_gpus: float
@@ -107,6 +113,10 @@ def _compute_consts(scenario: Scenario, params: CostParams) -> ScenarioConsts:
     ll128 = all(g.nccl_ll128 for g in gpus) and (len(caps) == 1 or min(caps) >= 9.0)
     return ScenarioConsts(
         L=m.n_layers, h=m.hidden, ffn=m.ffn_hidden, heads=m.n_heads, kv_dim=m.kv_dim, vocab=m.vocab,
+        attn_gemms=m.attn_gemms, qv_width=m.n_heads * (m.qk_head_dim + m.v_dim), kv_width=m.kv_width,
+        qk_head_dim=m.qk_head_dim,
+        attn_keys=m.attention_keys_per_query(scenario.seq_len, scenario.workload.flash_attention),
+        model_attn_keys=m.attention_model_keys(scenario.seq_len),
         seq=scenario.seq_len, experts=m.moe_experts, top_k=m.moe_top_k, shared=m.moe_shared_experts,
         ffn_e=m.moe_ffn_hidden, moe_frac=m.n_moe_layers / m.n_layers, mlp_mats=m.mlp_matrices,
         attn_params=m.attn_params, dense_mlp_params=m.dense_mlp_params,

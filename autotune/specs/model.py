@@ -29,7 +29,21 @@ class ModelSpec(BaseModel):
     n_kv_heads: int = Field(gt=0, le=4096)
     vocab: int = Field(gt=0, le=1 << 24)
     seq_len: int = Field(default=4096, gt=0, le=1 << 24)
-    activation: Literal["gelu", "swiglu"] = "swiglu"
+    activation: Literal["gelu", "swiglu", "geglu", "relu", "squared_relu"] = "swiglu"
+    head_dim: int = Field(default=0, ge=0, le=1 << 14, description="per-head dimension of queries and keys "
+                          "(0: hidden / n_heads); for MLA the non-rotary part (qk_nope_head_dim)")
+    attention: Literal["gqa", "mla"] = Field(default="gqa", description="gqa: multi-head, grouped-query or "
+                                             "multi-query attention (n_kv_heads); mla: DeepSeek's multi-head "
+                                             "latent attention (q_lora_rank, kv_lora_rank, qk_rope_head_dim)")
+    q_lora_rank: int = Field(default=0, ge=0, le=1 << 16, description="MLA: query compression rank (0: none)")
+    kv_lora_rank: int = Field(default=0, ge=0, le=1 << 16, description="MLA: key-value compression rank")
+    qk_rope_head_dim: int = Field(default=0, ge=0, le=1 << 12, description="MLA: rotary part of each "
+                                  "query/key head")
+    v_head_dim: int = Field(default=0, ge=0, le=1 << 14, description="per-head dimension of values (0: head_dim)")
+    sliding_window: int = Field(default=0, ge=0, le=1 << 24, description="local-attention window in tokens "
+                                "of the sliding-window layers (0: none)")
+    sliding_window_layers: int = Field(default=0, ge=0, le=1024, description="layers that attend within "
+                                       "sliding_window only (the rest attend to the whole sequence)")
     moe_experts: int = Field(default=0, ge=0, le=4096)
     moe_top_k: int = Field(default=0, ge=0, le=64)
     moe_shared_experts: int = Field(default=0, ge=0, le=64)
@@ -51,10 +65,20 @@ class ModelSpec(BaseModel):
 
     @model_validator(mode="after")
     def _check(self) -> "ModelSpec":
-        if self.hidden % self.n_heads:
-            raise ValueError(f"hidden ({self.hidden}) must be divisible by n_heads ({self.n_heads})")
+        if self.head_dim == 0 and self.hidden % self.n_heads:
+            raise ValueError(f"hidden ({self.hidden}) must be divisible by n_heads ({self.n_heads}) "
+                             "unless head_dim is given")
         if self.n_heads % self.n_kv_heads:
             raise ValueError(f"n_heads ({self.n_heads}) must be divisible by n_kv_heads ({self.n_kv_heads})")
+        if self.attention == "mla" and (self.kv_lora_rank <= 0 or self.qk_rope_head_dim <= 0):
+            raise ValueError("attention mla needs kv_lora_rank > 0 and qk_rope_head_dim > 0")
+        if self.attention != "mla" and (self.q_lora_rank or self.kv_lora_rank or self.qk_rope_head_dim):
+            raise ValueError("q_lora_rank, kv_lora_rank and qk_rope_head_dim are for attention mla only")
+        if self.sliding_window_layers > self.n_layers:
+            raise ValueError(f"sliding_window_layers ({self.sliding_window_layers}) must be <= n_layers "
+                             f"({self.n_layers})")
+        if bool(self.sliding_window) != bool(self.sliding_window_layers):
+            raise ValueError("sliding_window and sliding_window_layers go together (both 0 or both > 0)")
         if self.moe_experts:
             if not 1 <= self.moe_top_k <= self.moe_experts:
                 raise ValueError(f"moe_top_k ({self.moe_top_k}) must be in 1..moe_experts ({self.moe_experts})")
@@ -80,18 +104,81 @@ class ModelSpec(BaseModel):
         return self.n_layers - self.n_moe_layers
 
     @property
+    def qk_head_dim(self) -> int:
+        """Query/key width of one head: head_dim (or hidden / n_heads), plus the rotary part for MLA."""
+        return (self.head_dim or self.hidden // self.n_heads) + self.qk_rope_head_dim
+
+    @property
+    def v_dim(self) -> int:
+        """Value width of one head."""
+        return self.v_head_dim or self.head_dim or self.hidden // self.n_heads
+
+    @property
+    def q_width(self) -> int:
+        return self.n_heads * self.qk_head_dim
+
+    @property
     def kv_dim(self) -> int:
-        return self.hidden // self.n_heads * self.n_kv_heads
+        """Width of the keys (per token) under grouped-query attention: n_kv_heads x head size."""
+        return self.n_kv_heads * self.qk_head_dim
+
+    @property
+    def kv_width(self) -> int:
+        """Key plus value elements per token that attention reads (and context parallelism
+        exchanges): GQA n_kv_heads (d_qk + d_v); MLA the up-projected heads, n_heads (d_qk + d_v)
+        (Megatron-Core's MLA runs the core attention on decompressed K and V)."""
+        kv_heads = self.n_heads if self.attention == "mla" else self.n_kv_heads
+        return kv_heads * (self.qk_head_dim + self.v_dim)
 
     @property
     def mlp_matrices(self) -> int:
-        """GELU MLP has 2 weight matrices (up, down); SwiGLU has 3 (gate, up, down)."""
-        return 3 if self.activation == "swiglu" else 2
+        """A gated MLP (SwiGLU, GeGLU) has 3 weight matrices (gate, up, down), others 2 (up, down)."""
+        return 3 if self.activation in ("swiglu", "geglu") else 2
+
+    @property
+    def attn_gemms(self) -> tuple[tuple[int, int, str], ...]:
+        """The attention block's projections as (K, N, tp) GEMM shapes per token, tp the dimension
+        tensor parallelism splits: "N" column-parallel, "K" row-parallel, "" replicated.
+        GQA: fused QKV (h -> q + k + v) and output (heads d_v -> h). MLA (DeepSeek-V2,
+        arXiv:2405.04434 sec. 2.1; Megatron-Core's layout): the down projections are replicated,
+        the up projections and the output are split by head."""
+        h, qw, vw = self.hidden, self.q_width, self.n_heads * self.v_dim
+        out = (vw, h, "K")
+        if self.attention != "mla":
+            return ((h, qw + self.kv_dim + self.n_kv_heads * self.v_dim, "N"), out)
+        nope = self.qk_head_dim - self.qk_rope_head_dim
+        q = ((h, self.q_lora_rank, ""), (self.q_lora_rank, qw, "N")) if self.q_lora_rank else ((h, qw, "N"),)
+        kv = ((h, self.kv_lora_rank + self.qk_rope_head_dim, ""),
+              (self.kv_lora_rank, self.n_heads * (nope + self.v_dim), "N"))
+        return q + kv + (out,)
 
     @property
     def attn_params(self) -> int:
-        """Q and O are h x h; K and V are h x kv_dim (grouped-query attention)."""
-        return 2 * self.hidden * self.hidden + 2 * self.hidden * self.kv_dim
+        """Weights of the attention projections (``attn_gemms``)."""
+        return sum(K * N for K, N, _ in self.attn_gemms)
+
+    def attention_keys_per_query(self, seq_len: int, causal_skip: bool) -> float:
+        """Keys one query attends to, averaged over layers and positions: s/2 for a causal layer
+        whose kernel skips masked blocks (FlashAttention; the cost model's long-standing
+        convention), s for one that computes every score (unfused, whatever the window); a
+        sliding-window layer of window w < s attends to w - w(w-1)/(2s) on average (the first w
+        positions see fewer)."""
+        s = float(seq_len)
+        if not causal_skip:
+            return s
+        full = 0.5 * s
+        w = float(self.sliding_window)
+        local = (w - w * (w - 1) / (2 * s)) if 0 < w < s else full
+        n_local = self.sliding_window_layers
+        return ((self.n_layers - n_local) * full + n_local * local) / self.n_layers
+
+    def attention_model_keys(self, seq_len: int) -> float:
+        """Keys per query counted in model FLOPs (the non-causal PaLM / Megatron convention: s
+        per full layer; a sliding-window layer counts its window)."""
+        s = float(seq_len)
+        w = float(min(self.sliding_window, seq_len)) if self.sliding_window else s
+        n_local = self.sliding_window_layers
+        return ((self.n_layers - n_local) * s + n_local * w) / self.n_layers
 
     @property
     def dense_mlp_params(self) -> int:
