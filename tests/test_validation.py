@@ -164,7 +164,7 @@ def test_loso_scores_each_row_once_with_the_fit_that_did_not_see_its_family(tmp_
         seen.append(fams)
         return CostParams().with_values(network_efficiency=0.3 + 0.1 * len(seen)), {"n_rows": len(cases)}
 
-    monkeypatch.setattr(V, "fit_params", fake_fit)
+    monkeypatch.setattr(V.fit, "fit_params", fake_fit)
     p = _small_runs(tmp_path)
     d = V.loso(p, jobs=1)
     cases, _ = V.read_runs(p)
@@ -204,7 +204,7 @@ def test_loso_through_the_cli(run_cli, tmp_path):
 
 
 def test_loso_human_table(tmp_path, monkeypatch):
-    monkeypatch.setattr(V, "fit_params",
+    monkeypatch.setattr(V.fit, "fit_params",
                         lambda path=None, start=None, cases=None: (CostParams(), {"n_rows": len(cases)}))
     code, out, err = _cli("validate", "--runs", str(_small_runs(tmp_path)), "--loso", "--jobs", "1")
     assert code == 0, err

@@ -1,0 +1,156 @@
+"""The runs CSV's columns, the free-text spellings each accepts, and the named assumptions
+for what a row leaves unstated."""
+from __future__ import annotations
+
+import math
+import re
+from importlib import resources
+from pathlib import Path
+
+ASSUMED_VOCAB = 51200                 # Megatron GPT experiments' padded vocabulary
+ASSUMED_FFN_MULTIPLE = 4              # GPT-style ffn_hidden = 4 h when not stated
+ASSUMED_MICRO_BATCH = 1               # micro-batch when not stated
+ASSUMED_DP_FLAVOUR = "ddp"            # when zero_or_fsdp is empty
+ASSUMED_SCALE_OUT_LATENCY_s = 5e-6    # one-way NIC + switch latency of an InfiniBand/RoCE fabric
+# The published runs' fabrics are non-blocking InfiniBand fat trees (Selene, DGX SuperPOD): one path
+# per GPU, adaptive routing (modelled as packet spraying), lossless (credit-based flow control).
+MAX_SCALE_OUT_PATHS = 1 << 16         # TierSpec's limit on equal-cost paths (reached only past 65,536 GPUs)
+ASSUMED_INTERLEAVED_CHUNKS = 2        # "interleaved" with no vpp stated: the smallest legal v
+PRE_FLASH_SOURCES = ("narayanan", "korthikanti")
+"""Runs published before FlashAttention (Dao et al., May 2022) used Megatron's unfused attention."""
+ALWAYS_RECOMPUTE_SOURCES = ("narayanan",)
+"""Narayanan et al. 2021 sec. 5: activation recomputation is used in all runs (unless stated)."""
+COLUMNS = ("source", "model_name", "params_b", "n_layers", "hidden", "ffn_hidden", "n_heads", "n_kv_heads",
+           "vocab", "seq_len", "moe_experts", "moe_topk", "gpu_type", "n_gpus", "tp", "pp", "dp", "cp", "ep",
+           "vpp", "micro_batch", "global_batch_seqs", "recompute", "precision", "zero_or_fsdp",
+           "pipeline_schedule", "measured_metric", "measured_value", "notes")
+"""The columns of published_runs.csv. ``source``, ``params_b`` and ``notes`` are informational:
+``source`` names the row's source family; none of the three is parsed as a number."""
+REQUIRED_COLUMNS = ("model_name", "n_layers", "hidden", "n_heads", "seq_len", "gpu_type", "n_gpus",
+                    "tp", "pp", "dp", "global_batch_seqs", "measured_metric", "measured_value")
+METRICS = ("iteration_time_s", "tokens_per_sec_per_gpu", "tflops_per_gpu", "mfu_pct")
+TYPO_CUTOFF = 0.8
+"""An unknown column whose name is at least this similar (difflib ratio) to a known column that
+the file lacks is taken as a misspelling of it: rows with a value there are skipped."""
+RECOMPUTE_VALUES = ("none", "selective", "full")
+
+_GPU_RULES = [(r"gb200", "gb200-nvl72"), (r"b200", "b200"), (r"h200", "h200"), (r"h800", "h800"),
+              (r"h100", "h100-sxm"), (r"a100", "a100-80gb")]
+_SCHEDULE_RULES = [(r"dualpipe", "dualpipev"), (r"zbv|zb-v", "zbv"), (r"zb-?2p", "zb2p"),
+                   (r"zb-?1p|zb-?h1", "zb1p"), (r"interleav", "interleaved_1f1b"), (r"gpipe", "gpipe"),
+                   (r"1f1b", "1f1b")]
+_FLAVOUR_RULES = [(r"hsdp", "hsdp"), (r"zero-?3|fsdp", "fsdp"), (r"zero-?1|distributed optimizer", "zero1"),
+                  (r"ddp|^none", "ddp")]
+
+
+def shipped_runs_path() -> Path:
+    return Path(str(resources.files("autotune.data").joinpath("published_runs.csv")))
+
+
+def map_gpu(text: str) -> str | None:
+    """A GPU name anywhere in the free text (first rule that matches wins)."""
+    t = text.lower()
+    for pat, name in _GPU_RULES:
+        if re.search(pat, t):
+            return name
+    return None
+
+
+def _match_schedule(text: str) -> str | None:
+    """The schedule named first in the free text, or None when it names none."""
+    t = (text or "").lower().strip()
+    best, best_pos = None, len(t) + 1
+    for pat, name in _SCHEDULE_RULES:
+        hit = re.search(pat, t)
+        if hit and hit.start() < best_pos:
+            best, best_pos = name, hit.start()
+    return best
+
+
+def map_schedule(text: str, vpp: int) -> str:
+    """Schedule from free text; a stated vpp > 1 means interleaved. Text naming two schedules
+    ("1F1B/interleaved (not stated)") takes the first one named."""
+    if vpp > 1:
+        return "interleaved_1f1b"
+    return _match_schedule(text) or "1f1b"
+
+
+def _match_flavour(text: str) -> str | None:
+    t = (text or "").lower().strip()
+    for pat, name in _FLAVOUR_RULES:
+        if re.search(pat, t):
+            return name
+    return None
+
+
+def map_flavour(text: str) -> str:
+    t = (text or "").lower().strip()
+    if not t:
+        return ASSUMED_DP_FLAVOUR
+    return _match_flavour(t) or ASSUMED_DP_FLAVOUR
+
+
+_GITHUB_REPO = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9_.-]+")
+_PAPER_CUT = re.compile(r"\s+(?:arXiv\b|Tables?\b|Fig(?:ure)?s?\b|Sec(?:tion)?s?\b|\()")
+NO_SOURCE_FAMILY = "(no source)"
+
+
+def source_family(source: str) -> str:
+    """The source family of a row: the paper or repository its numbers come from.
+
+    Rule (applied to the ``source`` text with whitespace collapsed, up to its first ';'; at most
+    80 characters):
+    if it starts with a GitHub ``owner/repo`` the family is that ``owner/repo``
+    (every document of one repository is one family: its README, its docs pages); otherwise it
+    is a paper citation and the family is the text before the first ``arXiv``, ``Table(s)``,
+    ``Fig(ure)``, ``Sec(tion)`` or ``(`` (authors and venue: every table of one paper is one
+    family). Families compare case-insensitively. An empty source is its own family.
+    """
+    head = one_line(source or "", 100_000).split(";")[0].strip()
+    if not head:
+        return NO_SOURCE_FAMILY
+    first = head.split(" ")[0]
+    if _GITHUB_REPO.fullmatch(first):
+        return first[:80]
+    return (_PAPER_CUT.split(head, maxsplit=1)[0].strip(" ,:") or head)[:80]
+
+
+def one_line(text, limit: int = 80) -> str:
+    """Printable, single-line, bounded: what a reason or a name may show of a cell."""
+    s = "".join(ch if ch.isprintable() else " " for ch in str(text))
+    s = " ".join(s.split())
+    return s if len(s) <= limit else s[:limit - 3] + "..."
+
+
+def _show(value: str) -> str:
+    """A cell's value as a reason quotes it: repr (escapes control characters), bounded."""
+    r = repr(value)
+    return r if len(r) <= 60 else r[:57] + "..."
+
+
+class Skip(Exception):
+    """A row that cannot be scored; the message names the column and the value."""
+
+    def __init__(self, reason: str, column: str | None = None, value: str | None = None):
+        self.column, self.value = column, value
+        super().__init__(f"{column}={_show(value)}: {reason}" if column is not None else reason)
+
+
+def _cell(row: dict, key: str) -> str:
+    return (row.get(key) or "").strip()
+
+
+def _int(row, key, default=None, allow_zero: bool = False):
+    raw = _cell(row, key)
+    if raw == "":
+        if default is None:
+            raise Skip("empty, and it has no default", key, raw)
+        return default
+    try:
+        val = float(raw)
+    except ValueError:
+        raise Skip("not a number", key, raw) from None
+    lo_ok = val >= 0 if allow_zero else val > 0
+    if not math.isfinite(val) or not lo_ok or val != int(val):
+        raise Skip("not a " + ("non-negative" if allow_zero else "positive") + " integer", key, raw)
+    return int(val)

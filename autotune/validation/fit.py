@@ -1,0 +1,196 @@
+"""In-sample scoring, the parameter fit, and leave-one-source-family-out validation."""
+from __future__ import annotations
+
+import math
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from ..costmodel.params import CostParams
+from ..errors import UserInputError
+from .columns import source_family
+from .predict import _summary, score
+from .rank import rank_correlations
+from .rows import RunCase, load_runs, read_runs
+
+def validate(path=None, params: CostParams | None = None) -> dict:
+    from ..costmodel.params import default_params
+    params = params or default_params()
+    runs = load_runs(path)
+    rows = score(runs.cases, params)
+    s = _summary(r["ape"] for r in rows)
+    rank = rank_correlations(runs.cases, {r["row"]: r["predicted"] for r in rows})
+    return {"mode": "in_sample", "rows": rows, "skipped": runs.skipped, "n": len(rows),
+            "median_ape": s["median_ape"], "p90_ape": s["p90_ape"], "mean_ape": s["mean_ape"],
+            "params": params.to_dict(), "ignored_columns": runs.ignored_columns,
+            "families": _family_table(runs.cases, rows), "rank_correlation": rank,
+            "min_spearman": rank["min_spearman"]}
+
+
+def _family_table(cases, rows, compare_rows=None) -> list[dict]:
+    by_row = {r["row"]: r for r in rows}
+    cmp_row = {r["row"]: r for r in compare_rows} if compare_rows else None
+    fams: dict[str, list[RunCase]] = {}
+    for c in cases:
+        fams.setdefault(c.family, []).append(c)
+    out = []
+    for fam, cs in fams.items():
+        entry = {"family": fam, "rows": len(cs), **_summary(by_row[c.row]["ape"] for c in cs)}
+        if cmp_row is not None:
+            entry["in_sample_median_ape"] = _summary(cmp_row[c.row]["ape"] for c in cs)["median_ape"]
+        out.append(entry)
+    return out
+
+
+FIT_BOUNDS = {
+    "gemm_efficiency_max": (0.3, 0.95),
+    "gemm_half_intensity_ridge_ratio": (0.01, 5.0),
+    "attention_core_efficiency": (0.1, 0.9),
+    "fp8_gemm_speedup_realised": (0.0, 1.0),
+    "network_efficiency": (0.3, 1.0),
+    "nvlink_efficiency": (0.3, 1.0),
+}
+
+
+def fit_params(path=None, start: CostParams | None = None, cases=None) -> tuple[CostParams, dict]:
+    """Least-squares fit of the named efficiency parameters on every scored row (of ``path``,
+    or the given ``cases``).
+
+    Residual per row: log(predicted / measured) (scale-free across metrics), soft-L1 loss so a
+    few rows with unstated settings cannot dominate. Returns the parameters and a fit report.
+    """
+    from scipy.optimize import least_squares
+    start = start or CostParams()
+    names = list(FIT_BOUNDS)
+    if cases is None:
+        cases, _ = read_runs(path)
+
+    def residuals(x):
+        params = start.with_values(**dict(zip(names, x)))
+        return np.array([math.log(r["predicted"] / r["measured"]) for r in score(cases, params)])
+
+    x0 = np.array([getattr(start, n) for n in names])
+    lo = np.array([FIT_BOUNDS[n][0] for n in names])
+    hi = np.array([FIT_BOUNDS[n][1] for n in names])
+    res = least_squares(residuals, np.clip(x0, lo, hi), bounds=(lo, hi), loss="soft_l1", f_scale=0.1,
+                        diff_step=1e-3, max_nfev=200)
+    fitted = start.with_values(**dict(zip(names, res.x.tolist())))
+    return fitted, {"n_rows": len(cases), "cost": float(res.cost), "nfev": int(res.nfev),
+                    "success": bool(res.success)}
+
+
+def write_params(params: CostParams, path: str | Path, report: dict) -> None:
+    import yaml
+    doc = {"params": {k: round(v, 6) for k, v in params.to_dict().items()},
+           "fit": report,
+           "note": "Fit by `autotune validate --fit` on the shipped published_runs.csv; "
+                   "one set of parameters for all rows (no per-row constants)."}
+    Path(path).write_text(yaml.safe_dump(doc, sort_keys=False))
+
+
+# ---------------------------------------------------------------------------------- leave one family out
+
+_WORKER_CASES: list = []
+
+
+def _init_worker(cases) -> None:
+    """A fit process receives the cases once: the cost model's per-scenario caches then stay warm
+    across the folds it runs (sending the cases with every fold re-warms them each time)."""
+    _WORKER_CASES[:] = cases
+
+
+def _fit_without(args):
+    """Fit on every case whose family is not ``held_out`` (None: on all cases)."""
+    held_out, start, cases = args
+    cases = cases if cases is not None else _WORKER_CASES
+    return fit_params(cases=[c for c in cases if held_out is None or c.family.lower() != held_out], start=start)
+
+
+def default_jobs() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def loso(path=None, start: CostParams | None = None, jobs: int = 1, progress: bool = False) -> dict:
+    """Leave-one-source-family-out validation.
+
+    For every source family F: fit the FIT_BOUNDS parameters (:func:`fit_params`, the same fit
+    as ``--fit``, from the same start) on the rows of all other families, and score F's rows
+    with them. Every row is scored exactly once, by the fit that did not see its family. Beside
+    it: the in-sample figure (the same fit on all rows, every row scored with it) and the shipped
+    calibration's figure. ``jobs`` > 1 runs the fits in that many processes (same numbers).
+    """
+    from ..costmodel.params import default_params
+    t0 = time.perf_counter()
+    start = start or CostParams()
+    runs = load_runs(path)
+    cases = runs.cases
+    fams: dict[str, list[RunCase]] = {}
+    for c in cases:
+        fams.setdefault(c.family.lower(), []).append(c)
+    if len(fams) < 2:
+        only = next(iter(fams.values()))[0].family
+        raise UserInputError("--loso", runs.path, f"runs from at least 2 source families (all scoreable rows are "
+                                                  f"from {only!r}: nothing is left to fit on)")
+    keys = list(fams)
+    # the all-rows fit (the largest) first, so that it never runs alone at the end of a pool
+    held = [None] + keys
+    jobs = max(1, min(jobs, len(held)))
+    if progress:
+        print(f"autotune validate --loso: {len(held)} fits ({len(keys)} held-out families + all rows) "
+              f"on {jobs} process(es)", file=sys.stderr, flush=True)
+    if jobs > 1:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"),
+                                 initializer=_init_worker, initargs=(cases,)) as ex:
+            fits = list(ex.map(_fit_without, [(k, start, None) for k in held]))
+    else:
+        fits = []
+        for j, k in enumerate(held):
+            if progress:
+                name = fams[k][0].family if k is not None else "(none: all rows)"
+                print(f"  fit {j + 1}/{len(held)}, held out: {name}", file=sys.stderr, flush=True)
+            fits.append(_fit_without((k, start, cases)))
+    all_params, all_report = fits[0]
+    in_rows = score(cases, all_params)
+    in_by_row = {r["row"]: r for r in in_rows}
+    shipped = default_params()
+    shipped_rows = score(cases, shipped)
+    shipped_by_row = {r["row"]: r for r in shipped_rows}
+    held_rows, families = [], []
+    for k, (params, report) in zip(keys, fits[1:]):
+        fam_cases = fams[k]
+        rows = score(fam_cases, params)
+        for r in rows:
+            r["held_out_of_fit"] = fam_cases[0].family
+            r["in_sample_predicted"] = in_by_row[r["row"]]["predicted"]
+            r["in_sample_ape"] = in_by_row[r["row"]]["ape"]
+            r["shipped_predicted"] = shipped_by_row[r["row"]]["predicted"]
+            r["shipped_ape"] = shipped_by_row[r["row"]]["ape"]
+        held_rows += rows
+        families.append({"family": fam_cases[0].family, "rows": len(rows), **_summary(r["ape"] for r in rows),
+                         "in_sample_median_ape": _summary(r["in_sample_ape"] for r in rows)["median_ape"],
+                         "shipped_median_ape": _summary(r["shipped_ape"] for r in rows)["median_ape"],
+                         "fit_rows": report["n_rows"], "fit": report, "params": params.to_dict()})
+    held_rows.sort(key=lambda r: r["row"])
+    overall = _summary(r["ape"] for r in held_rows)
+    rank = rank_correlations(cases, {r["row"]: r["predicted"] for r in held_rows},
+                             compare={r["row"]: r["predicted"] for r in in_rows})
+    return {"mode": "loso", "family_rule": source_family.__doc__.split("\n\n")[1].strip().replace("\n    ", " "),
+            "rows": held_rows, "skipped": runs.skipped, "ignored_columns": runs.ignored_columns,
+            "n": len(held_rows), "n_families": len(keys),
+            "median_ape": overall["median_ape"], "p90_ape": overall["p90_ape"], "mean_ape": overall["mean_ape"],
+            "families": families,
+            "in_sample": {**_summary(r["ape"] for r in in_rows), "fit": all_report, "params": all_params.to_dict(),
+                          "what": "the same fit on all rows, every row scored with it"},
+            "shipped": {**_summary(r["ape"] for r in shipped_rows), "params": shipped.to_dict(),
+                        "what": "the shipped calibration (autotune/data/calibration.yaml), "
+                                "as plain `autotune validate` scores"},
+            "rank_correlation": rank, "min_spearman": rank["min_spearman"],
+            "jobs": jobs, "seconds": round(time.perf_counter() - t0, 2)}

@@ -1,0 +1,308 @@
+"""Reading a runs CSV: every row becomes a RunCase (a single-building Scenario and a Config)
+or a skipped entry naming the row, the column, the value and the reason."""
+from __future__ import annotations
+
+import csv
+import difflib
+import io
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..costmodel.params import CostParams
+from ..errors import UserInputError
+from ..specs import Config, Scenario
+from ..specs.cluster import ClusterSpec, TierSpec
+from ..specs.model import ModelSpec
+from ..specs.presets import load_preset
+from ..specs.workload import WorkloadSpec
+from .columns import (ALWAYS_RECOMPUTE_SOURCES, ASSUMED_FFN_MULTIPLE, ASSUMED_INTERLEAVED_CHUNKS, ASSUMED_MICRO_BATCH,
+                      ASSUMED_SCALE_OUT_LATENCY_s, ASSUMED_VOCAB, COLUMNS, MAX_SCALE_OUT_PATHS, METRICS,
+                      PRE_FLASH_SOURCES, RECOMPUTE_VALUES, REQUIRED_COLUMNS, TYPO_CUTOFF, Skip, _cell, _int,
+                      _match_flavour, _match_schedule, map_flavour, map_gpu, map_schedule, one_line,
+                      shipped_runs_path, source_family)
+from .predict import score
+
+@dataclass
+class RunCase:
+    row: int
+    model_name: str
+    source: str
+    notes: str
+    metric: str
+    measured: float
+    scenario: Scenario
+    config: Config
+    recompute_stated: bool
+    micro_batch_stated: bool
+    family: str = ""
+    gpu: str = ""
+    line: int = 0
+
+
+def _spec_name(name: str, i: int) -> str:
+    """The row's model name as a spec name: only letters, digits, space and . _ + - ( ), starting
+    alphanumeric (the name is a label here; an odd character never costs a row)."""
+    s = re.sub(r"[^A-Za-z0-9 ._+()-]", " ", name)
+    s = " ".join(s.split())[:100].lstrip(" ._+()-")
+    return s or f"row {i}"
+
+
+_SPEC_FIELD_COLUMN = {"name": "model_name", "moe_top_k": "moe_topk", "moe_ffn_hidden": "ffn_hidden",
+                      "gpus": "n_gpus"}
+
+
+def _spec_skip(exc: Exception, row: dict) -> Skip:
+    """A spec's validation error, named by the CSV column it came from where it has one."""
+    errs = getattr(exc, "errors", None)
+    if callable(errs):
+        try:
+            err = exc.errors()[0]
+            loc = [p for p in err.get("loc", ()) if isinstance(p, str)]
+            msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
+            if loc:
+                col = _SPEC_FIELD_COLUMN.get(loc[-1], loc[-1])
+                return Skip(one_line(msg, 160), col, _cell(row, col) if col in COLUMNS else str(err.get("input")))
+            return Skip("impossible row: " + one_line(msg, 160))
+        except Exception:  # noqa: BLE001 - fall through to the plain message
+            pass
+    return Skip("impossible row: " + one_line(str(exc).splitlines()[0] if str(exc) else type(exc).__name__, 160))
+
+
+def build_case(i: int, row: dict) -> RunCase:
+    """Turn one CSV row into a scenario + config, or raise Skip with the reason."""
+    metric = _cell(row, "measured_metric")
+    if metric not in METRICS:
+        raise Skip(f"not one of {', '.join(METRICS)}", "measured_metric", metric)
+    raw = _cell(row, "measured_value")
+    if raw == "":
+        raise Skip("empty (nothing to compare with)", "measured_value", raw)
+    try:
+        measured = float(raw)
+    except ValueError:
+        raise Skip("not a number", "measured_value", raw) from None
+    if not math.isfinite(measured) or measured <= 0:
+        raise Skip("not a positive finite number", "measured_value", raw)
+    empty = [k for k in ("n_layers", "hidden", "n_heads") if not _cell(row, k)]
+    if empty:
+        raise Skip("model architecture not given (n_layers/hidden/n_heads empty)", empty[0], "")
+    if not any(_cell(row, k) for k in ("tp", "pp", "dp")):
+        raise Skip("parallel configuration not given (tp/pp/dp empty)", "tp", "")
+    gpu = map_gpu(row.get("gpu_type") or "")
+    if gpu is None:
+        raise Skip("matches no hardware preset (A100, H100, H200, H800, B200, GB200)", "gpu_type",
+                   _cell(row, "gpu_type"))
+    name = _cell(row, "model_name")
+    L, h, heads = _int(row, "n_layers"), _int(row, "hidden"), _int(row, "n_heads")
+    kv = _int(row, "n_kv_heads", heads)
+    ffn = _int(row, "ffn_hidden", ASSUMED_FFN_MULTIPLE * h)
+    vocab = _int(row, "vocab", ASSUMED_VOCAB)
+    seq = _int(row, "seq_len")
+    experts = _int(row, "moe_experts", 0, allow_zero=True)
+    topk = _int(row, "moe_topk", 1, allow_zero=True) if experts else 0
+    if h % heads:
+        raise Skip(f"hidden {h} is not divisible by n_heads {heads}", "hidden", _cell(row, "hidden"))
+    if heads % kv:
+        raise Skip(f"n_heads {heads} is not divisible by n_kv_heads {kv}", "n_kv_heads", _cell(row, "n_kv_heads"))
+    if experts and not 1 <= topk <= experts:
+        raise Skip(f"moe_topk must be 1..moe_experts ({experts})", "moe_topk", _cell(row, "moe_topk"))
+    act = "swiglu" if re.search(r"llama|mixtral|mistral", name.lower()) else "gelu"
+    n = _int(row, "n_gpus")
+    tp, pp, cp, ep = _int(row, "tp", 1), _int(row, "pp", 1), _int(row, "cp", 1), _int(row, "ep", 1)
+    if n % (tp * pp * cp):
+        raise Skip(f"n_gpus {n} is not divisible by tp*pp*cp = {tp * pp * cp}", "n_gpus", _cell(row, "n_gpus"))
+    dp = _int(row, "dp", n // (tp * pp * cp))
+    if tp * pp * cp * dp != n:
+        raise Skip(f"tp*pp*cp*dp = {tp * pp * cp * dp} does not match n_gpus {n}", "dp", _cell(row, "dp"))
+    if heads % tp or kv % tp:
+        raise Skip(f"tp must divide n_heads ({heads}) and n_kv_heads ({kv})", "tp", _cell(row, "tp"))
+    if pp > L:
+        raise Skip(f"more pipeline stages than n_layers ({L})", "pp", _cell(row, "pp"))
+    if (seq // 2) % cp:
+        raise Skip(f"cp must divide seq_len/2 ({seq // 2}): each rank holds two sequence chunks", "cp",
+                   _cell(row, "cp"))
+    if ep > 1 and not experts:
+        raise Skip("expert parallelism on a dense model (moe_experts empty or 0)", "ep", _cell(row, "ep"))
+    if experts and (experts % ep or (dp * cp) % ep):
+        raise Skip(f"ep must divide moe_experts ({experts}) and dp*cp ({dp * cp})", "ep", _cell(row, "ep"))
+    vpp = _int(row, "vpp", 0, allow_zero=True)
+    mb = _int(row, "micro_batch", ASSUMED_MICRO_BATCH)
+    gb = _int(row, "global_batch_seqs")
+    if gb % (dp * mb):
+        raise Skip(f"global batch {gb} is not a multiple of dp*micro_batch = {dp * mb}", "global_batch_seqs",
+                   _cell(row, "global_batch_seqs"))
+    precision = _cell(row, "precision").lower() or "bf16"
+    if precision not in ("bf16", "fp16", "fp8"):
+        raise Skip("not bf16/fp16/fp8", "precision", _cell(row, "precision"))
+    hw = load_preset("hardware", gpu)
+    if precision == "fp8" and not hw.peak_flops_fp8:
+        raise Skip(f"the {gpu} preset has no fp8 peak", "precision", _cell(row, "precision"))
+    dom = hw.nvlink_domain_gpus
+    if n > dom and n % dom:
+        raise Skip(f"more than one {gpu} NVLink domain ({dom} GPUs) but not a whole number of them", "n_gpus",
+                   _cell(row, "n_gpus"))
+    sched_text = _cell(row, "pipeline_schedule")
+    if pp > 1 and sched_text and vpp <= 1 and _match_schedule(sched_text) is None:
+        raise Skip("names no known schedule (1F1B, interleaved, ZB-1p, ZB-2p, ZB-V, GPipe, DualPipe)",
+                   "pipeline_schedule", sched_text)
+    flavour_text = _cell(row, "zero_or_fsdp")
+    if flavour_text and _match_flavour(flavour_text) is None:
+        raise Skip("names no known data-parallel flavour (none, ddp, zero1, zero3, fsdp, hsdp)", "zero_or_fsdp",
+                   flavour_text)
+    rec = _cell(row, "recompute").lower()
+    if rec and rec not in RECOMPUTE_VALUES:
+        raise Skip("not none/selective/full (empty = not stated)", "recompute", _cell(row, "recompute"))
+    sched = map_schedule(sched_text, vpp) if pp > 1 else "1f1b"
+    chunks = (vpp or ASSUMED_INTERLEAVED_CHUNKS) if sched == "interleaved_1f1b" else (
+        2 if sched in ("zbv", "dualpipev") else 1)
+    if vpp > 1 and pp * vpp > L:  # only as stated: an assumed vpp is the code's guess, not the row's
+        raise Skip(f"pp*vpp = {pp * vpp} model chunks for {L} layers", "vpp", _cell(row, "vpp"))
+    try:
+        model = ModelSpec(name=_spec_name(name, i), n_layers=L, hidden=h, ffn_hidden=ffn, n_heads=heads,
+                          n_kv_heads=kv, vocab=vocab, seq_len=seq, activation=act,
+                          moe_experts=experts, moe_top_k=topk, moe_ffn_hidden=ffn if experts else 0)
+        cluster = ClusterSpec(name="published-run", buildings=({"gpus": n, "gpu": hw},),
+                              scale_out=TierSpec(bandwidth_Bps=hw.nic_bandwidth_Bps,
+                                                 n_paths=min(max(n, 1), MAX_SCALE_OUT_PATHS),
+                                                 latency_s=ASSUMED_SCALE_OUT_LATENCY_s,
+                                                 load_balancing="packet_spray", loss_recovery="sr"))
+        src = (row.get("source") or "").lower()
+        flash = not any(k in src for k in PRE_FLASH_SOURCES)
+        scen = Scenario(model=model, workload=WorkloadSpec(global_batch_seqs=gb, seq_len=seq, precision=precision,
+                                                           flash_attention=flash), cluster=cluster)
+    except Exception as e:  # noqa: BLE001 - any spec error makes this row unusable; say why
+        raise _spec_skip(e, row) from None
+    flavour = map_flavour(flavour_text)
+    if dp * cp == 1:
+        flavour = "ddp"
+    if not rec and any(k in (row.get("source") or "").lower() for k in ALWAYS_RECOMPUTE_SOURCES):
+        rec = "full"
+    cfg = Config(tp=tp, cp=cp, ep=ep, pp=pp, dp=dp, placement="dp_out", dp_flavour=flavour,
+                 pp_schedule=sched, pp_chunks=chunks, micro_batch=mb,
+                 recompute=rec if rec in RECOMPUTE_VALUES else "none")
+    return RunCase(i, name, row.get("source") or "", row.get("notes") or "", metric, measured, scen, cfg,
+                   rec in RECOMPUTE_VALUES, bool(_cell(row, "micro_batch")),
+                   family=source_family(row.get("source") or ""), gpu=gpu)
+
+
+def _norm_column(name) -> str:
+    return re.sub(r"[\s\-]+", "_", str(name if name is not None else "").strip().lower())
+
+
+@dataclass
+class Runs:
+    """What a runs file holds: the scoreable cases, the skipped rows, the ignored columns."""
+    path: str
+    cases: list = field(default_factory=list)
+    skipped: list = field(default_factory=list)
+    ignored_columns: list = field(default_factory=list)
+    total_rows: int = 0
+
+
+def _skip_entry(i: int, line: int, row: dict, reason: str, column=None, value=None) -> dict:
+    out = {"row": i, "line": line, "model_name": one_line(row.get("model_name") or "", 60),
+           "family": source_family(row.get("source") or ""), "reason": one_line(reason, 400)}
+    if column is not None:
+        out["column"] = column
+        out["value"] = one_line(value if value is not None else "", 80)
+    return out
+
+
+def _check_scoreable(case: RunCase) -> None:
+    """The row goes through the cost model with neutral parameters and gives a finite, positive
+    prediction; anything else is a Skip (so that no later fit or score meets it)."""
+    try:
+        rows = score([case], CostParams())
+    except Exception as e:  # noqa: BLE001 - the reason is what the user needs, not the traceback
+        raise Skip(f"the cost model cannot evaluate this row ({type(e).__name__}: "
+                   f"{one_line(str(e).splitlines()[0] if str(e) else '', 160)})") from None
+    pred = rows[0]["predicted"]
+    if not (isinstance(pred, float) and math.isfinite(pred) and pred > 0):
+        raise Skip(f"the cost model gives no finite positive prediction for this row ({pred!r})")
+
+
+def load_runs(path: str | Path | None = None) -> Runs:
+    """Read a runs CSV: every data row becomes a case or a skipped entry with its reason.
+    Raises UserInputError (one line) for a file that cannot be read at all, lacks required
+    columns, repeats a column, or has no scoreable row."""
+    p = Path(path) if path else shipped_runs_path()
+    try:
+        raw = p.read_bytes()
+    except OSError as e:
+        raise UserInputError("--runs", str(p), f"a readable CSV file ({e.strerror or e})") from None
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        raise UserInputError("--runs", str(p), "a UTF-8 CSV file") from None
+    reader = csv.reader(io.StringIO(text, newline=""))
+    try:
+        header = next(reader)
+    except StopIteration:
+        header = []
+    except csv.Error as e:
+        raise UserInputError("--runs", str(p), f"a CSV file (header line: {e})") from None
+    names = [_norm_column(h) for h in header]
+    seen = set()
+    for nm in names:
+        if nm in COLUMNS and nm in seen:
+            raise UserInputError("--runs", str(p), f"a CSV where each column appears once ({nm!r} is repeated)")
+        seen.add(nm)
+    missing = [c for c in REQUIRED_COLUMNS if c not in seen]
+    unknown = [nm for nm in names if nm not in COLUMNS]
+    if missing:
+        hints = []
+        for c in missing:
+            near = difflib.get_close_matches(c, unknown, n=1, cutoff=TYPO_CUTOFF)
+            if near:
+                hints.append(f"{near[0]!r} for {c!r}?")
+        raise UserInputError("--runs", str(p), "a CSV with the columns of published_runs.csv (missing: "
+                             + ", ".join(missing) + (("; misspelt: " + " ".join(hints)) if hints else "") + ")")
+    typos = {}
+    for nm in unknown:
+        near = difflib.get_close_matches(nm, [c for c in COLUMNS if c not in seen], n=1, cutoff=TYPO_CUTOFF)
+        if near:
+            typos[nm] = near[0]
+    runs = Runs(path=str(p), ignored_columns=[one_line(nm, 60) for nm in unknown if nm not in typos])
+    i = 0
+    while True:
+        try:
+            values = next(reader)
+        except StopIteration:
+            break
+        except csv.Error as e:
+            i += 1
+            runs.skipped.append(_skip_entry(i, reader.line_num, {}, f"unreadable CSV record ({e})"))
+            continue
+        if not any(v.strip() for v in values):
+            continue  # a blank line is not a row
+        i += 1
+        row = {nm: v for nm, v in zip(names, values) if nm in COLUMNS}
+        try:
+            if len(values) != len(names):
+                raise Skip(f"the record has {len(values)} fields, the header {len(names)} "
+                           "(a stray or missing comma shifts every column after it)")
+            for nm, v in zip(names, values):
+                if nm in typos and v.strip():
+                    raise Skip(f"not a column of published_runs.csv; did you mean {typos[nm]!r}? "
+                               "(its value would otherwise be replaced by an assumption)", nm, v.strip())
+            case = build_case(i, row)
+            case.line = reader.line_num
+            _check_scoreable(case)
+            runs.cases.append(case)
+        except Skip as e:
+            runs.skipped.append(_skip_entry(i, reader.line_num, row, str(e), e.column, e.value))
+        except Exception as e:  # noqa: BLE001 - last resort: a row never ends the run with a traceback
+            runs.skipped.append(_skip_entry(i, reader.line_num, row, f"could not be read ({type(e).__name__}: "
+                                            f"{one_line(str(e).splitlines()[0] if str(e) else '', 160)})"))
+    runs.total_rows = i
+    if not runs.cases:
+        first = runs.skipped[0] if runs.skipped else None
+        why = f"; row {first['row']}: {first['reason']}" if first else ""
+        raise UserInputError("--runs", str(p), f"a CSV with at least one scoreable row (none of its {i} rows is{why})")
+    return runs
+
+
+def read_runs(path: str | Path | None = None) -> tuple[list[RunCase], list[dict]]:
+    runs = load_runs(path)
+    return runs.cases, runs.skipped
