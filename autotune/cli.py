@@ -367,7 +367,8 @@ def compare(strategies, budget, seeds, out_dir, seed_baselines, tracking_uri, no
 
 
 @cli.command()
-@click.option("--runs", default=None, help="CSV with the columns of published_runs.csv (default: shipped copy)")
+@click.option("--runs", default=None, help="CSV with the columns of published_runs.csv (default: the shipped "
+              "published runs); 'reserved': the shipped independent check, runs no fit has seen (score only)")
 @click.option("--fit", is_flag=True, help="refit the efficiency parameters on these runs first")
 @click.option("--write", "write_path", default=None, help="with --fit: write the parameters to this YAML")
 @click.option("--loso", is_flag=True, help="leave-one-source-family-out: for each source family, fit on the other "
@@ -381,6 +382,12 @@ def validate(runs, fit, write_path, loso, jobs, params_file, as_json):
     from .validation import validate as run_validation
     if jobs < 0:
         raise UserInputError("--jobs", jobs, "0 (one per CPU) or a positive number of processes")
+    if runs == "reserved":
+        if fit or loso:
+            raise UserInputError("--runs", runs, "scored only: the reserved runs are the independent check that "
+                                 "no fit may see (drop --fit / --loso)")
+        from .validation import reserved_runs_path
+        runs = str(reserved_runs_path())
     if params_file is not None and (fit or loso):
         raise UserInputError("--params", params_file, "not with --fit or --loso (they fit the parameters); "
                              "alone it scores the runs with the file's parameters")
@@ -431,9 +438,15 @@ def validate(runs, fit, write_path, loso, jobs, params_file, as_json):
         for r in d["rows"]:
             click.echo(f"{r['row']:4d} {one_line(r['model_name'], 34):<34} {r['measured_metric']:<22} "
                        f"measured {r['measured']:>10.2f}  predicted {r['predicted']:>10.2f}  APE {r['ape']:5.1f}%")
+            if r.get("assumptions"):
+                click.echo("       assumed: " + "; ".join(r["assumptions"]))
         skipped_and_ignored(d)
         click.echo(f"n={d['n']} scored, {len(d['skipped'])} skipped; median APE {d['median_ape']:.2f}%, "
                    f"90th percentile {d['p90_ape']:.2f}%")
+        mem = d.get("memory") or {}
+        if mem.get("n"):
+            click.echo(f"memory: {mem['n']} rows with a measured peak; predicted vs measured median |error| "
+                       f"{mem['median_ape']:.1f}%, 90th percentile {mem['p90_ape']:.1f}%")
         ranks(d, "in-sample")
 
     def human_loso(d):

@@ -37,8 +37,8 @@ FIT_BOUNDS = {"gemm_efficiency_max": (0.3, 1.0), "gemm_half_intensity_ridge_rati
               "attention_core_efficiency": (0.1, 1.0), "attention_backward_time_ratio": (1.0, 8.0),
               "attention_head_dim_half": (0.0, 512.0), "attention_seq_half": (0.0, 8192.0),
               "fp8_gemm_speedup_realised": (0.0, 1.0)}
-NOT_MODELLED = {"moe_permute": "token permutation is not charged (no term)",
-                "moe_unpermute": "token un-permutation is not charged (no term)"}
+NOT_MODELLED: dict[str, str] = {}
+"""Measured kinds with no cost-model term (none since MoE permutation is charged)."""
 
 
 @dataclass(frozen=True)
@@ -159,6 +159,10 @@ def predict_s(r: dict, g: Gpu, p: CostParams) -> float | None:
                                         2 * _num(r, "heads") * _num(r, "head_dim"), g.peak_bf16, p,
                                         _num(r, "head_dim"), S)
         return fwd if kind == "attn_fwd" else (1.0 + p.attention_backward_time_ratio) * fwd
+    if kind in ("moe_permute", "moe_unpermute"):
+        # half of MOE_PERMUTE_TRAFFIC_BYTES_PER_ROUTED_ELEMENT each: read + write every routed copy
+        return memory_bound_time_s(C.MOE_PERMUTE_TRAFFIC_BYTES_PER_ROUTED_ELEMENT / 2 * _num(r, "tokens") * _num(r, "topk")
+                                   * _num(r, "K"), g.hbm_Bps)
     if kind in ("rmsnorm_fwd", "swiglu_fwd", "copy"):
         # the measured bytes moved (gbps x time), at the model's rate for memory-bound work
         return memory_bound_time_s(_num(r, "gbps") * 1e9 * _num(r, "ms") * 1e-3, g.hbm_Bps)

@@ -16,12 +16,19 @@ from autotune.errors import UserInputError
 from autotune.validation import map_flavour, map_gpu, map_schedule, shipped_runs_path, validate
 
 
+ORIGINAL_ROWS = 129
+"""The first rows of published_runs.csv: the set the shipped calibration was fit on (six
+families); the rows after them were added later (issue 13) and are not in that fit."""
+
+
 def test_published_runs_figures():
-    """The tracked figures of the shipped calibration (README): median <= 10%, p90 <= 25%."""
+    """The tracked in-sample figures of the shipped calibration on the rows it was fit on
+    (README): median <= 10%, p90 <= 25%, Korthikanti mean <= 3.65%."""
     r = validate()
-    assert r["n"] >= 100
-    assert r["median_ape"] <= 10.0
-    assert r["p90_ape"] <= 25.0
+    core = [x["ape"] for x in r["rows"] if x["row"] <= ORIGINAL_ROWS]
+    assert len(core) >= 120
+    assert float(np.median(core)) <= 10.0
+    assert float(np.percentile(core, 90)) <= 25.0
     korthikanti = [x["ape"] for x in r["rows"] if 23 <= x["row"] <= 30]
     assert len(korthikanti) == 8 and sum(korthikanti) / 8 <= 3.65
     for s in r["skipped"]:
@@ -113,8 +120,10 @@ def test_source_family_rule():
 
 
 def test_every_row_names_its_family():
+    """Issue 13: at least 250 scoreable rows from at least 12 source families."""
     r = validate()
-    assert {x["family"] for x in r["rows"]} == SHIPPED_FAMILIES
+    fams = {x["family"] for x in r["rows"]}
+    assert fams >= SHIPPED_FAMILIES and len(fams) >= 12 and r["n"] >= 250
     assert all(s["family"] for s in r["skipped"])
     assert sum(f["rows"] for f in r["families"]) == r["n"]
 
@@ -235,7 +244,7 @@ def test_loso_on_the_shipped_runs(run_cli):
     r = run_cli("validate", "--loso", "--json", timeout=900)
     assert r.returncode == 0, r.stderr
     d = json.loads(r.stdout)
-    assert d["n"] >= 100 and {f["family"] for f in d["families"]} == SHIPPED_FAMILIES
+    assert d["n"] >= 250 and {f["family"] for f in d["families"]} >= SHIPPED_FAMILIES and d["n_families"] >= 12
     assert sorted(x["row"] for x in d["rows"]) == sorted({x["row"] for x in d["rows"]})
     assert d["median_ape"] >= 0 and d["in_sample"]["median_ape"] >= 0
 

@@ -17,7 +17,11 @@ FP32_BYTES = 4.0                      # one fp32 element (precision=fp32 trainin
 ACTIVATION_BYTES = 2.0                # bf16 on the wire: activations (TP, CP, PP, EP), gradients reduced
                                       # (Megatron --grad-reduce-in-bf16, FSDP2 mixed precision) and
                                       # parameters all-gathered (ZeRO-1/FSDP)
-LOGITS_BYTES = 4.0                    # fp32 logits kept for the loss
+LOGITS_BYTES = 8.0
+"""Bytes per logit (token x vocab / tp) at the loss: the fp32 logits (4 B) and their fp32
+gradient (4 B) are live together when backward starts (an unfused cross-entropy; Megatron's
+fused vocab-parallel one reuses the buffer). Of 4, 8 and 12, 8 matches the playbook's measured
+peaks best (60 rows, median |error| 9.3% vs 12.8% and 12.7%): an in-sample choice."""
 
 # ---- activations (Korthikanti et al. 2022, arXiv:2205.05198, eq. 2 and Table 2) ----
 ACT_ATTN_BYTES_PER_TOKEN_HIDDEN = 15.0   # attention block 11 sbh + two layer norms 4 sbh
@@ -37,6 +41,11 @@ score element in forward, twice that in backward."""
 ELEMENTWISE_TRAFFIC_BYTES_PER_TOKEN_HIDDEN = 68.0
 """Memory-bound elementwise kernels (norms, activations, residuals, dropout) move roughly the
 stored-activation bytes twice (write + read): 2 x 34 bytes per token per hidden unit per layer."""
+MOE_PERMUTE_TRAFFIC_BYTES_PER_ROUTED_ELEMENT = 8.0
+"""MoE token permutation (gather routed copies into expert order) and un-permutation (scatter
+back, weighted sum): each reads and writes every routed element once, 2 + 2 B in bf16, so 8 B
+per routed token per hidden unit per MoE layer pass. Memory-bound: the H100 measurements
+(``autotune/data/h100``, kind moe_permute) run it at ~3.1 TB/s, about the HBM rate."""
 
 # ---- network ----
 PACKET_SPRAY_EFFICIENCY = 0.95

@@ -121,6 +121,15 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
     lin_f = Ls_dense * (t_attn_lin + t_mlp_dense) + Ls_moe * (t_attn_lin + t_moe_lin)
     core_f = Ls * t_core
     elem_f = Ls * t_elem
+    if k.experts:
+        # permute before dispatch (tok / tp tokens per rank under SP) and sort by local expert
+        # after it (tok tokens), un-permute both on the way back
+        routed_elems = tok * k.top_k * k.h * (1.0 + 1.0 / tp)
+        elem_f = elem_f + Ls_moe * memory_bound_time_s(C.MOE_PERMUTE_TRAFFIC_BYTES_PER_ROUTED_ELEMENT * routed_elems,
+                                                       k.hbm_Bps)
+    fw = k.compute_scale                             # framework class (WorkloadSpec.framework)
+    if fw != 1.0:
+        lin_f, core_f, elem_f, t_head = fw * lin_f, fw * core_f, fw * elem_f, fw * t_head
     t_f_comp = lin_f + core_f + elem_f + t_head
     t_w_comp = lin_f + t_head                        # weight gradients: one GEMM per forward GEMM
     recompute_extra = xp.where(rc == R_FULL, t_f_comp, xp.where(rc == R_SELECTIVE, core_f, 0.0))
@@ -132,20 +141,27 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
     tp_f = Ls * 4 * t_tp_coll
     tp_b = Ls * 4 * t_tp_coll * xp.where(rc == R_FULL, 2.0, 1.0)
 
-    # ---- context parallel: ring of K/V blocks, hidden behind the attention core ----
+    # ---- context parallel: ring of K/V blocks (TransformerEngine's P2P ring attention) ----
+    # cp steps per layer pass; each of the cp - 1 transfers (the next K/V block; in backward
+    # also the dK/dV block, 2x the bytes) overlaps only its own step's attention, t_core / cp:
+    # a step whose transfer outlasts its compute exposes the difference, every step pays the
+    # link's latency (docs/cost_model.md)
     cp_in = cp / x_cp
     bw_cp_in, a_cp_in = tier_of_span(k, tp * cp_in, xp)
     bw_cp = xp.where(x_cp > 1, xp.minimum(bw_cp_in, bw_x_p2p), bw_cp_in)
     a_cp = xp.where(x_cp > 1, k.x_alpha_s, a_cp_in)
     kv_bytes = tok * k.kv_width * k.wire_bytes / tp
-    t_cp_ring = (cp - 1) * (kv_bytes / bw_cp + a_cp)
-    cp_f = Ls * xp.maximum(0.0, t_cp_ring - t_core)
-    cp_b = Ls * xp.maximum(0.0, 2 * t_cp_ring - p.attention_backward_time_ratio * t_core)
+    step_core = t_core / cp
+    cp_f = Ls * (cp - 1) * xp.maximum(0.0, kv_bytes / bw_cp + a_cp - step_core)
+    cp_b = Ls * (cp - 1) * xp.maximum(0.0, 2 * kv_bytes / bw_cp + a_cp - p.attention_backward_time_ratio * step_core)
 
     # ---- expert parallel: all-to-all dispatch + combine per MoE layer (fwd 2, bwd 2) ----
     ep_in = ep / x_ep
     bw_ep_in, a_ep_in = tier_of_span(k, tp * cp * ep_in, xp)
-    a2a_bytes = tok * k.top_k * k.h * k.wire_bytes
+    # with sequence parallelism each TP rank holds tok / tp of the micro-batch's tokens and
+    # dispatches only those (Megatron-Core's all-to-all token dispatcher: all-to-all over the EP
+    # group, then an all-gather over the expert-TP group on NVLink, charged with the TP term)
+    a2a_bytes = tok * k.top_k * k.h * k.wire_bytes / tp
     t_a2a = xp.where(x_ep > 1, (B - 1) / B * a2a_bytes / bw_x_p2p + k.x_alpha_s,
                      all_to_all_time(a2a_bytes, ep, bw_ep_in, a_ep_in, xp))
     hide = xp.where(sc == S_DUALPIPEV, 1.0, 0.0)    # DualPipeV overlaps a2a with the paired chunk

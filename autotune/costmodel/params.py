@@ -34,6 +34,15 @@ class CostParams:
     runs at lower efficiency: about 4.1 on H100 (``autotune kernels --fit``)."""
     fp8_gemm_speedup_realised: float = 0.65
     """Fraction of the 2x fp8 peak that fp8 GEMMs realise (quantisation, amax, bf16 remainder)."""
+    framework_efficiency_deepspeed: float = 1.0
+    """Compute speed of a framework class relative to Megatron's fused kernels (1.0), all layer
+    compute scaled by it (WorkloadSpec.framework): eager PyTorch launches more, smaller kernels
+    (unfused norms, activations, rotary, cross-entropy) and overlaps less. Fitted per class on
+    the published runs of that class; a class with no runs keeps 1.0."""
+    framework_efficiency_pytorch: float = 1.0
+    framework_efficiency_nanotron: float = 1.0
+    framework_efficiency_jax: float = 1.0
+    framework_efficiency_other: float = 1.0
     network_efficiency: float = 0.8
     """Achieved collective bus bandwidth over NIC bandwidth on scale-out tiers (NCCL busbw)."""
     nvlink_efficiency: float = 0.8

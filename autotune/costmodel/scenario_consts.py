@@ -34,6 +34,7 @@ class ScenarioConsts:
     x_tier: object
     net_eff: float
     flash: bool
+    compute_scale: float         # 1 / framework_efficiency of the workload's framework class
     wire_bytes: float            # bytes per element of activations, gathered weights, reduced gradients
     weight_bytes: float; grad_bytes: float; optimizer_bytes: float   # resident, per parameter
     fsdp_regather: int           # FSDP_EVERY_PASS, FSDP_FORWARD or FSDP_NEVER
@@ -136,9 +137,15 @@ def _compute_consts(scenario: Scenario, params: CostParams) -> ScenarioConsts:
         x_rto_s=xt.rto_s(2 * xt.one_way_latency_s), ll128=ll128,
         fsdp_unit_layers=float(scenario.workload.fsdp_unit_layers),
         x_tier=xt, net_eff=params.network_efficiency, flash=scenario.workload.flash_attention,
+        compute_scale=1.0 / framework_efficiency(params, scenario.workload.framework),
         **dict(zip(("wire_bytes", "weight_bytes", "grad_bytes", "optimizer_bytes"), precision_bytes(scenario.precision))),
         fsdp_regather=_REGATHER[scenario.workload.fsdp_regather],
     )
+
+
+def framework_efficiency(params: CostParams, framework: str) -> float:
+    """The framework class's compute speed relative to Megatron (CostParams.framework_efficiency_*)."""
+    return 1.0 if framework == "megatron" else getattr(params, f"framework_efficiency_{framework}")
 
 
 def tier_of_span(k: ScenarioConsts, span, xp=NUMPY):

@@ -23,5 +23,8 @@ class WorkloadSpec(BaseModel):
         "under PP (reshard_after_forward=False): one all-gather and one reduce-scatter per step")
     fsdp_unit_layers: int = Field(default=1, ge=1, le=1 << 12, description="transformer layers per FSDP "
                                   "unit: one all-gather and one reduce-scatter per unit (FSDP2 fully_shard per block = 1)")
+    framework: Literal["megatron", "deepspeed", "pytorch", "nanotron", "jax", "other"] = Field(
+        default="megatron", description="training framework class: its compute runs at the fitted "
+        "framework_efficiency_<class> of Megatron's fused kernels (megatron = 1; CostParams)")
     flash_attention: bool = Field(default=True, description="fused attention (FlashAttention): causal "
                                   "blocks skipped, no s^2 scores stored or streamed through HBM")

@@ -28,7 +28,7 @@ from being scored skip that row only; a file with no scoreable row is a one-line
 from __future__ import annotations
 
 from .columns import (COLUMNS, METRICS, NO_SOURCE_FAMILY, REQUIRED_COLUMNS, Skip, map_flavour, map_gpu, map_schedule,  # noqa: F401
-                      one_line, shipped_runs_path, source_family)
+                      one_line, reserved_runs_path, shipped_runs_path, source_family)
 from .fit import (FIT_BOUNDS, default_jobs, fit_params, loso, validate, write_params)  # noqa: F401
 from .predict import predicted_metric, resolve_unstated, score  # noqa: F401
 from .rank import RANK_MIN_ROWS, _layout, configuration_groups, rank_correlations, spearman  # noqa: F401

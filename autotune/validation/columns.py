@@ -23,9 +23,22 @@ ALWAYS_RECOMPUTE_SOURCES = ("narayanan",)
 COLUMNS = ("source", "model_name", "params_b", "n_layers", "hidden", "ffn_hidden", "n_heads", "n_kv_heads",
            "vocab", "seq_len", "moe_experts", "moe_topk", "gpu_type", "n_gpus", "tp", "pp", "dp", "cp", "ep",
            "vpp", "micro_batch", "global_batch_seqs", "recompute", "precision", "zero_or_fsdp",
-           "pipeline_schedule", "measured_metric", "measured_value", "notes")
-"""The columns of published_runs.csv. ``source``, ``params_b`` and ``notes`` are informational:
-``source`` names the row's source family; none of the three is parsed as a number."""
+           "pipeline_schedule", "measured_metric", "measured_value",
+           # optional columns (issue 13): what published runs state beyond the layout
+           "expert_ffn_hidden", "moe_shared_experts", "first_k_dense", "moe_layer_step", "head_dim", "attention",
+           "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "v_head_dim", "sliding_window",
+           "sliding_window_layers", "activation", "framework", "flops_convention", "hbm_gb", "hbm_tbps",
+           "nic_gbps", "peak_memory_gb", "notes")
+"""The columns of published_runs.csv (docs in ``autotune/data/published_runs.README.md``).
+``source``, ``params_b`` and ``notes`` are informational: ``source`` names the row's source
+family; none of the three is parsed as a number."""
+ASSUMED_FRAMEWORK = "megatron"
+"""Framework class when neither ``framework`` nor the source names one: the set's majority."""
+FRAMEWORKS = ("megatron", "deepspeed", "pytorch", "nanotron", "jax", "other")
+"""Framework classes, each with its own fitted compute-efficiency factor (megatron = 1, the
+reference): Megatron-LM/Core, NeMo, Megatron-DeepSpeed (Megatron's fused kernels); DeepSpeed
+on Hugging Face models; eager PyTorch (torchtitan, Composer/llm-foundry, FSDP, Lightning,
+OLMo-core, InternEvo, Colossal-AI); nanotron; JAX (MaxText)."""
 REQUIRED_COLUMNS = ("model_name", "n_layers", "hidden", "n_heads", "seq_len", "gpu_type", "n_gpus",
                     "tp", "pp", "dp", "global_batch_seqs", "measured_metric", "measured_value")
 METRICS = ("iteration_time_s", "tokens_per_sec_per_gpu", "tflops_per_gpu", "mfu_pct")
@@ -39,12 +52,43 @@ _GPU_RULES = [(r"gb200", "gb200-nvl72"), (r"b200", "b200"), (r"h200", "h200"), (
 _SCHEDULE_RULES = [(r"dualpipe", "dualpipev"), (r"zbv|zb-v", "zbv"), (r"zb-?2p", "zb2p"),
                    (r"zb-?1p|zb-?h1", "zb1p"), (r"interleav", "interleaved_1f1b"), (r"gpipe", "gpipe"),
                    (r"1f1b", "1f1b")]
-_FLAVOUR_RULES = [(r"hsdp", "hsdp"), (r"zero-?3|fsdp", "fsdp"), (r"zero-?1|distributed optimizer", "zero1"),
-                  (r"ddp|^none", "ddp")]
+_FLAVOUR_RULES = [(r"(?<!no )(?:cpu|nvme)[ _-]?(?:optimi[sz]er[ _-]?|param\w*[ _-]?)?offload", "offload"),
+                  (r"hsdp|hybrid[ _-]?shard", "hsdp"),
+                  (r"no[ _-]?reshard|shard[ _-]?grad[ _-]?op|reshard[ _-]?after[ _-]?forward\s*=?\s*false", "fsdp_noreshard"),
+                  (r"zero[ _-]?(?:stage[ _-]?)?3|\bstage[ _-]?3|fsdp|full[ _-]?shard", "fsdp"),
+                  (r"zero[ _-]?(?:stage[ _-]?)?[12]\b|\bstage[ _-]?[12]\b|dist(?:ributed)?[ _-]?opt|zero1|zero2",
+                   "zero1"),
+                  (r"ddp|^none$|zero[ _-]?(?:stage[ _-]?)?0\b|no[ _-]?zero|^no$", "ddp")]
+"""Data-parallel flavour spellings, first match wins. ZeRO-2 maps to zero1: the same collectives
+(reduce-scatter gradients, all-gather parameters), gradients sharded too (the model's zero1
+memory keeps full gradients: conservative). FSDP without resharding after forward
+(SHARD_GRAD_OP, ZeRO-2-like; Llama 3) maps to fsdp with the ``forward`` regather policy. CPU
+offload is not modelled: such a row is skipped."""
+_ACTIVATION_RULES = [(r"swi[ _-]?glu|silu[ _-]?glu|swiglu", "swiglu"), (r"ge[ _-]?glu|gelu[ _-]?glu", "geglu"),
+                     (r"squared[ _-]?relu|relu\s*(?:\^|\*\*)\s*2|relu2|relu²", "squared_relu"),
+                     (r"gelu", "gelu"), (r"relu|silu|swish", "relu")]
+"""Activation spellings, first match wins; a non-gated SiLU has two matrices, as ReLU has."""
+GATED_NAME_RULE = r"llama|mixtral|mistral|qwen|deepseek|gemma|olmo|internlm|yi\b|baichuan|phi-3|grok|kimi|gpt-oss"
+"""Model families whose MLP is gated (SwiGLU/GeGLU): the assumption when ``activation`` is empty."""
+_ATTENTION_RULES = [(r"mla|latent", "mla"), (r"gqa|grouped|mqa|multi[ _-]?query|mha|multi[ _-]?head|full|dense|"
+                                            r"standard|causal", "gqa")]
+_FRAMEWORK_RULES = [(r"megatron|nemo|mcore|mlperf", "megatron"), (r"deepspeed", "deepspeed"),
+                    (r"nanotron|picotron|fast-llm", "nanotron"), (r"maxtext|jax|pax|t5x", "jax"),
+                    (r"torchtitan|composer|llm-foundry|mosaic|fsdp|lightning|olmo|internevo|colossal|pytorch|fms",
+                     "pytorch")]
+"""Framework spellings (in ``framework``, else in ``source``), first match wins;
+Megatron-DeepSpeed runs Megatron's kernels and matches megatron first."""
+_CONVENTION_RULES = [(r"hardware|hfu|recomput", "hardware"), (r"model|mfu|6n|palm", "model")]
 
 
 def shipped_runs_path() -> Path:
     return Path(str(resources.files("autotune.data").joinpath("published_runs.csv")))
+
+
+def reserved_runs_path() -> Path:
+    """Runs from sources reserved as an independent check (``reserved_runs.csv``): scored, never
+    fit on (``autotune validate --runs reserved``)."""
+    return Path(str(resources.files("autotune.data").joinpath("reserved_runs.csv")))
 
 
 def map_gpu(text: str) -> str | None:
@@ -88,6 +132,42 @@ def map_flavour(text: str) -> str:
     if not t:
         return ASSUMED_DP_FLAVOUR
     return _match_flavour(t) or ASSUMED_DP_FLAVOUR
+
+
+def _first_rule(rules, text: str) -> str | None:
+    t = (text or "").lower().strip()
+    for pat, name in rules:
+        if re.search(pat, t):
+            return name
+    return None
+
+
+def map_activation(text: str) -> str | None:
+    return _first_rule(_ACTIVATION_RULES, text)
+
+
+def map_attention(text: str) -> str | None:
+    return _first_rule(_ATTENTION_RULES, text)
+
+
+def map_framework(text: str) -> str | None:
+    t = (text or "").lower().strip()
+    if t.startswith("other"):
+        return "other"
+    return _first_rule(_FRAMEWORK_RULES, t)
+
+
+def map_convention(text: str) -> str | None:
+    return _first_rule(_CONVENTION_RULES, text)
+
+
+_GPU_MEMORY = re.compile(r"(?<![\d.])(\d{2,3})\s*gi?b\b", re.I)
+
+
+def gpu_memory_gb(text: str) -> float | None:
+    """HBM size stated inside a GPU string ("A100-SXM4-40GB", "H100 80 GB"), in GB."""
+    hit = _GPU_MEMORY.search(text or "")
+    return float(hit.group(1)) if hit else None
 
 
 _GITHUB_REPO = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9_.-]+")

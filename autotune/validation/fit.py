@@ -12,7 +12,7 @@ import numpy as np
 from ..costmodel.params import CostParams
 from ..errors import UserInputError
 from .columns import source_family
-from .predict import _summary, score
+from .predict import _summary, resolve_unstated, score
 from .rank import rank_correlations
 from .rows import RunCase, load_runs, read_runs
 
@@ -23,7 +23,10 @@ def validate(path=None, params: CostParams | None = None) -> dict:
     rows = score(runs.cases, params)
     s = _summary(r["ape"] for r in rows)
     rank = rank_correlations(runs.cases, {r["row"]: r["predicted"] for r in rows})
-    return {"mode": "in_sample", "rows": rows, "skipped": runs.skipped, "n": len(rows),
+    mem = [r["memory_ape"] for r in rows if "memory_ape" in r]
+    return {"memory": {"n": len(mem), **_summary(mem),
+                       "what": "predicted memory per GPU vs the measured peak (rows with peak_memory_gb)"},
+            "mode": "in_sample", "rows": rows, "skipped": runs.skipped, "n": len(rows),
             "median_ape": s["median_ape"], "p90_ape": s["p90_ape"], "mean_ape": s["mean_ape"],
             "params": params.to_dict(), "ignored_columns": runs.ignored_columns,
             "families": _family_table(runs.cases, rows), "rank_correlation": rank,
@@ -52,7 +55,26 @@ FIT_BOUNDS = {
     "fp8_gemm_speedup_realised": (0.0, 1.0),
     "network_efficiency": (0.3, 1.0),
     "nvlink_efficiency": (0.3, 1.0),
+    "framework_efficiency_deepspeed": (0.3, 1.5),
+    "framework_efficiency_pytorch": (0.3, 1.5),
+    "framework_efficiency_nanotron": (0.3, 1.5),
+    "framework_efficiency_jax": (0.3, 1.5),
 }
+"""The fitted parameters and their bounds. A framework class with no rows in a fit has no
+gradient there and keeps its start value (1.0: Megatron's speed)."""
+
+
+KERNEL_SHAPES = {"attention_head_dim_half": 52.8, "attention_seq_half": 674.0, "attention_backward_time_ratio": 3.24}
+"""Shape parameters of the attention core measured on one H100 (``autotune kernels --fit``: fit
+on a seeded half of the 515 kernel cases, attention within 3.4-4.1% median on the held-out
+half): held fixed in every fit on training runs, which then fits only levels (peak fractions,
+framework and network efficiencies). Assumed to hold on A100 as well (FlashAttention's
+efficiency curve in head size and chunk length; no A100 kernel data yet)."""
+
+
+def fit_start() -> CostParams:
+    """Where every fit starts: neutral parameters plus the kernel-measured shapes."""
+    return CostParams().with_values(**KERNEL_SHAPES)
 
 
 def fit_params(path=None, start: CostParams | None = None, cases=None) -> tuple[CostParams, dict]:
@@ -63,23 +85,43 @@ def fit_params(path=None, start: CostParams | None = None, cases=None) -> tuple[
     few rows with unstated settings cannot dominate. Returns the parameters and a fit report.
     """
     from scipy.optimize import least_squares
-    start = start or CostParams()
-    names = list(FIT_BOUNDS)
+    start = start or fit_start()
     if cases is None:
         cases, _ = read_runs(path)
+    present = {c.scenario.workload.framework for c in cases}
+    # a framework class with no rows here has no gradient: it keeps its start value
+    names = [n for n in FIT_BOUNDS if not n.startswith("framework_efficiency_")
+             or n.removeprefix("framework_efficiency_") in present]
 
-    def residuals(x):
-        params = start.with_values(**dict(zip(names, x)))
-        return np.array([math.log(r["predicted"] / r["measured"]) for r in score(cases, params)])
-
-    x0 = np.array([getattr(start, n) for n in names])
     lo = np.array([FIT_BOUNDS[n][0] for n in names])
     hi = np.array([FIT_BOUNDS[n][1] for n in names])
-    res = least_squares(residuals, np.clip(x0, lo, hi), bounds=(lo, hi), loss="soft_l1", f_scale=0.1,
-                        diff_step=1e-3, max_nfev=200)
-    fitted = start.with_values(**dict(zip(names, res.x.tolist())))
-    return fitted, {"n_rows": len(cases), "cost": float(res.cost), "nfev": int(res.nfev),
+    x = np.clip(np.array([getattr(start, n) for n in names]), lo, hi)
+    nfev, configs = 0, None
+    for _round in range(FIT_ROUNDS):
+        # unstated knobs (recompute, micro-batch) resolved once per round, then held fixed: the
+        # residuals stay smooth in the parameters (a knob flipping inside a finite difference
+        # would not be), and each evaluation runs one configuration per row, not up to twelve
+        params = start.with_values(**dict(zip(names, x.tolist())))
+        resolved = {c.row: resolve_unstated(c, params) for c in cases}
+        if resolved == configs:
+            break
+        configs = resolved
+
+        def residuals(xv, configs=configs):
+            p = start.with_values(**dict(zip(names, xv)))
+            return np.array([math.log(r["predicted"] / r["measured"]) for r in score(cases, p, configs)])
+
+        res = least_squares(residuals, x, bounds=(lo, hi), loss="soft_l1", f_scale=0.1, diff_step=1e-3,
+                            max_nfev=200)
+        x, nfev = res.x, nfev + int(res.nfev)
+    fitted = start.with_values(**dict(zip(names, x.tolist())))
+    return fitted, {"n_rows": len(cases), "cost": float(res.cost), "nfev": nfev, "rounds": _round + 1,
                     "success": bool(res.success)}
+
+
+FIT_ROUNDS = 3
+"""Fit rounds at most: resolve the unstated knobs under the current parameters, fit with them
+fixed; stop early when a round resolves every row as the previous one did."""
 
 
 def write_params(params: CostParams, path: str | Path, report: dict) -> None:
@@ -127,7 +169,7 @@ def loso(path=None, start: CostParams | None = None, jobs: int = 1, progress: bo
     """
     from ..costmodel.params import default_params
     t0 = time.perf_counter()
-    start = start or CostParams()
+    start = start or fit_start()
     runs = load_runs(path)
     cases = runs.cases
     fams: dict[str, list[RunCase]] = {}

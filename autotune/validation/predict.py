@@ -46,35 +46,52 @@ def megatron_hfu_flops(scen: Scenario) -> float:
     return 96.0 * B * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h))
 
 
-def predicted_metric(case: RunCase, iteration_s: float, model_flops: float) -> float:
+def predicted_metric(case: RunCase, iteration_s: float, model_flops: float, hardware_flops: float | None = None) -> float:
+    """The row's metric from the predicted iteration time. TFLOP/s and MFU count FLOPs the row's
+    way: Narayanan et al.'s eq. (3) for their tables, the model's FLOPs with recomputation for a
+    hardware convention, model FLOPs otherwise (MFU over the precision's dense peak)."""
     scen = case.scenario
     n = scen.n_gpus
     if case.metric == "iteration_time_s":
         return iteration_s
     if case.metric == "tokens_per_sec_per_gpu":
         return scen.global_batch_seqs * scen.seq_len / (iteration_s * n)
+    flops = model_flops
+    if "narayanan" in case.source.lower():
+        flops = megatron_hfu_flops(scen)
+    elif case.flops_convention == "hardware" and hardware_flops is not None:
+        flops = hardware_flops
     if case.metric == "tflops_per_gpu":
-        flops = megatron_hfu_flops(scen) if "narayanan" in case.source.lower() else model_flops
         return flops / (iteration_s * n) / 1e12
     peak = scen.cluster.buildings[0].gpu.peak_flops(scen.precision)
-    return 100.0 * model_flops / (iteration_s * n * peak)
+    return 100.0 * flops / (iteration_s * n * peak)
 
 
-def score(cases, params: CostParams) -> list[dict]:
+def score(cases, params: CostParams, configs: dict | None = None) -> list[dict]:
+    """Every case's prediction under ``params``. ``configs`` (row -> Config) fixes the resolved
+    knobs instead of resolving them again under ``params`` (the fit does, see ``fit_params``)."""
     from ..costmodel.iteration import _scalar_row, iteration_formulas
     from ..costmodel.xp import SCALAR
     rows = []
     for c in cases:
-        cfg = resolve_unstated(c, params)
+        cfg = configs[c.row] if configs is not None else resolve_unstated(c, params)
         out = iteration_formulas(c.scenario, _scalar_row(cfg), params, SCALAR)
-        model_flops = out["mfu"] * out["iteration_time_s"] * c.scenario.n_gpus * \
-            c.scenario.cluster.buildings[0].gpu.peak_flops(c.scenario.precision)
-        pred = float(predicted_metric(c, out["iteration_time_s"], model_flops))
-        rows.append({"row": c.row, "model_name": c.model_name, "measured_metric": c.metric,
+        flop_s = out["iteration_time_s"] * c.scenario.n_gpus * c.scenario.cluster.buildings[0].gpu.peak_flops(
+            c.scenario.precision)
+        pred = float(predicted_metric(c, out["iteration_time_s"], out["mfu"] * flop_s, out["hfu"] * flop_s))
+        mem = {}
+        if c.peak_memory_gb:
+            pred_gb = float(out["memory_per_gpu_bytes"]) / 1e9
+            mem = {"memory_gb_measured": c.peak_memory_gb, "memory_gb_predicted": pred_gb,
+                   "memory_ape": 100.0 * abs(pred_gb - c.peak_memory_gb) / c.peak_memory_gb}
+        rows.append({**mem, "row": c.row, "model_name": c.model_name, "measured_metric": c.metric,
                      "measured": c.measured, "predicted": pred,
                      "ape": 100.0 * abs(pred - c.measured) / c.measured,
                      "recompute": cfg.recompute, "micro_batch": cfg.micro_batch, "feasible": bool(out["feasible"]),
-                     "source": c.source.split(";")[0][:60], "family": c.family})
+                     "source": c.source.split(";")[0][:60], "family": c.family,
+                     "assumptions": c.assumptions
+                     + ([] if c.recompute_stated else [f"recompute={cfg.recompute} (the fastest that fits)"])
+                     + ([] if c.micro_batch_stated else [f"micro_batch={cfg.micro_batch} (the fastest that fits)"])})
     return rows
 
 

@@ -17,7 +17,8 @@ from ..specs.cluster import ClusterSpec, TierSpec
 from ..specs.model import ModelSpec
 from ..specs.presets import load_preset
 from ..specs.workload import WorkloadSpec
-from .columns import (ALWAYS_RECOMPUTE_SOURCES, ASSUMED_FFN_MULTIPLE, ASSUMED_INTERLEAVED_CHUNKS, ASSUMED_MICRO_BATCH,
+from .columns import (ALWAYS_RECOMPUTE_SOURCES, ASSUMED_FFN_MULTIPLE, ASSUMED_FRAMEWORK, GATED_NAME_RULE,
+                      gpu_memory_gb, map_activation, map_attention, map_convention, map_framework, ASSUMED_INTERLEAVED_CHUNKS, ASSUMED_MICRO_BATCH,
                       ASSUMED_SCALE_OUT_LATENCY_s, ASSUMED_VOCAB, COLUMNS, MAX_SCALE_OUT_PATHS, METRICS,
                       PRE_FLASH_SOURCES, RECOMPUTE_VALUES, REQUIRED_COLUMNS, TYPO_CUTOFF, Skip, _cell, _int,
                       _match_flavour, _match_schedule, map_flavour, map_gpu, map_schedule, one_line,
@@ -39,6 +40,12 @@ class RunCase:
     family: str = ""
     gpu: str = ""
     line: int = 0
+    assumptions: list = field(default_factory=list)
+    """What the row left unstated and the value the code took for it (printed with the row)."""
+    flops_convention: str = "model"
+    peak_memory_gb: float | None = None
+    """Measured peak GPU memory of the run (GB), where the source gives it: checks the memory model."""
+    """How the row's TFLOP/s or MFU counts FLOPs: model (no recomputation) or hardware (with it)."""
 
 
 def _spec_name(name: str, i: int) -> str:
@@ -49,8 +56,8 @@ def _spec_name(name: str, i: int) -> str:
     return s or f"row {i}"
 
 
-_SPEC_FIELD_COLUMN = {"name": "model_name", "moe_top_k": "moe_topk", "moe_ffn_hidden": "ffn_hidden",
-                      "gpus": "n_gpus"}
+_SPEC_FIELD_COLUMN = {"name": "model_name", "moe_top_k": "moe_topk", "moe_ffn_hidden": "expert_ffn_hidden",
+                      "gpus": "n_gpus", "moe_layer_step": "moe_layer_step", "first_k_dense": "first_k_dense"}
 
 
 def _spec_skip(exc: Exception, row: dict) -> Skip:
@@ -95,19 +102,54 @@ def build_case(i: int, row: dict) -> RunCase:
                    _cell(row, "gpu_type"))
     name = _cell(row, "model_name")
     L, h, heads = _int(row, "n_layers"), _int(row, "hidden"), _int(row, "n_heads")
+    assumed: list[str] = []
+
+    def stated_or(col, default, why, allow_zero=False):
+        if not _cell(row, col):
+            assumed.append(f"{col}={default} ({why})")
+        return _int(row, col, default, allow_zero=allow_zero)
+
     kv = _int(row, "n_kv_heads", heads)
-    ffn = _int(row, "ffn_hidden", ASSUMED_FFN_MULTIPLE * h)
-    vocab = _int(row, "vocab", ASSUMED_VOCAB)
+    ffn = stated_or("ffn_hidden", ASSUMED_FFN_MULTIPLE * h, f"{ASSUMED_FFN_MULTIPLE} x hidden")
+    vocab = stated_or("vocab", ASSUMED_VOCAB, "Megatron GPT's padded vocabulary")
     seq = _int(row, "seq_len")
     experts = _int(row, "moe_experts", 0, allow_zero=True)
     topk = _int(row, "moe_topk", 1, allow_zero=True) if experts else 0
-    if h % heads:
-        raise Skip(f"hidden {h} is not divisible by n_heads {heads}", "hidden", _cell(row, "hidden"))
+    head_dim = _int(row, "head_dim", 0, allow_zero=True)
+    if h % heads and not head_dim:
+        raise Skip(f"hidden {h} is not divisible by n_heads {heads} (and head_dim is not given)", "hidden",
+                   _cell(row, "hidden"))
     if heads % kv:
         raise Skip(f"n_heads {heads} is not divisible by n_kv_heads {kv}", "n_kv_heads", _cell(row, "n_kv_heads"))
     if experts and not 1 <= topk <= experts:
         raise Skip(f"moe_topk must be 1..moe_experts ({experts})", "moe_topk", _cell(row, "moe_topk"))
-    act = "swiglu" if re.search(r"llama|mixtral|mistral", name.lower()) else "gelu"
+    act_text = _cell(row, "activation")
+    act = map_activation(act_text) if act_text else None
+    if act_text and act is None:
+        raise Skip("names no known activation (swiglu, geglu, gelu, relu, squared-relu)", "activation", act_text)
+    if act is None:
+        act = "swiglu" if re.search(GATED_NAME_RULE, name.lower()) else "gelu"
+        assumed.append(f"activation={act} (from the model name)")
+    attn_text = _cell(row, "attention")
+    attention = map_attention(attn_text) if attn_text else "gqa"
+    if attention is None:
+        raise Skip("names no known attention (mha, gqa, mqa, mla)", "attention", attn_text)
+    mla = {c: _int(row, c, 0, allow_zero=True) for c in ("q_lora_rank", "kv_lora_rank", "qk_rope_head_dim")}
+    if attention != "mla" and any(mla.values()):
+        attention = "mla"          # MLA ranks stated: the attention is MLA whatever the text says
+    v_head = _int(row, "v_head_dim", 0, allow_zero=True)
+    window = _int(row, "sliding_window", 0, allow_zero=True)
+    n_window = _int(row, "sliding_window_layers", L if window else 0, allow_zero=True) if window else 0
+    if window and not _cell(row, "sliding_window_layers"):
+        assumed.append(f"sliding_window_layers={L} (every layer)")
+    ffn_e = 0
+    if experts:
+        ffn_e = stated_or("expert_ffn_hidden", ffn, "ffn_hidden")
+    shared = _int(row, "moe_shared_experts", 0, allow_zero=True) if experts else 0
+    first_dense = _int(row, "first_k_dense", 0, allow_zero=True) if experts else 0
+    layer_step = _int(row, "moe_layer_step", 1) if experts else 1
+    framework = _framework(row, assumed)
+    convention = _convention(row, assumed, metric)
     n = _int(row, "n_gpus")
     tp, pp, cp, ep = _int(row, "tp", 1), _int(row, "pp", 1), _int(row, "cp", 1), _int(row, "ep", 1)
     if n % (tp * pp * cp):
@@ -135,10 +177,21 @@ def build_case(i: int, row: dict) -> RunCase:
     precision = _cell(row, "precision").lower() or "bf16"
     if precision not in ("bf16", "fp16", "fp8"):
         raise Skip("not bf16/fp16/fp8", "precision", _cell(row, "precision"))
-    hw = load_preset("hardware", gpu)
+    hw = _hardware(row, gpu, assumed)
     if precision == "fp8" and not hw.peak_flops_fp8:
         raise Skip(f"the {gpu} preset has no fp8 peak", "precision", _cell(row, "precision"))
     dom = hw.nvlink_domain_gpus
+    if n > dom and n % dom:
+        # a rack-scale domain (GB200 NVL72) is not filled by a job whose size it does not divide:
+        # the job runs on equal parts of several domains, the largest part that divides it
+        part = max(d for d in range(1, dom + 1) if n % d == 0)
+        if part >= dom // 2:
+            hw = hw.model_copy(update={"nvlink_domain_gpus": part})
+            assumed.append(f"NVLink domain of {part} GPUs ({n} GPUs over {n // part} domains of {dom})")
+            dom = part
+    if tp > dom:
+        raise Skip(f"tensor parallelism beyond one NVLink domain ({dom} {gpu} GPUs) is not modelled (the cost "
+                   "model runs TP on NVLink)", "tp", _cell(row, "tp"))
     if n > dom and n % dom:
         raise Skip(f"more than one {gpu} NVLink domain ({dom} GPUs) but not a whole number of them", "n_gpus",
                    _cell(row, "n_gpus"))
@@ -150,6 +203,9 @@ def build_case(i: int, row: dict) -> RunCase:
     if flavour_text and _match_flavour(flavour_text) is None:
         raise Skip("names no known data-parallel flavour (none, ddp, zero1, zero3, fsdp, hsdp)", "zero_or_fsdp",
                    flavour_text)
+    if flavour_text and _match_flavour(flavour_text) == "offload":
+        raise Skip("CPU offload is not modelled (the cost model keeps every state in HBM)", "zero_or_fsdp",
+                   flavour_text)
     rec = _cell(row, "recompute").lower()
     if rec and rec not in RECOMPUTE_VALUES:
         raise Skip("not none/selective/full (empty = not stated)", "recompute", _cell(row, "recompute"))
@@ -160,8 +216,11 @@ def build_case(i: int, row: dict) -> RunCase:
         raise Skip(f"pp*vpp = {pp * vpp} model chunks for {L} layers", "vpp", _cell(row, "vpp"))
     try:
         model = ModelSpec(name=_spec_name(name, i), n_layers=L, hidden=h, ffn_hidden=ffn, n_heads=heads,
-                          n_kv_heads=kv, vocab=vocab, seq_len=seq, activation=act,
-                          moe_experts=experts, moe_top_k=topk, moe_ffn_hidden=ffn if experts else 0)
+                          n_kv_heads=kv, vocab=vocab, seq_len=seq, activation=act, head_dim=head_dim,
+                          attention=attention, v_head_dim=v_head, sliding_window=window,
+                          sliding_window_layers=n_window, moe_experts=experts, moe_top_k=topk,
+                          moe_ffn_hidden=ffn_e, moe_shared_experts=shared, first_k_dense=first_dense,
+                          moe_layer_step=layer_step, **mla)
         cluster = ClusterSpec(name="published-run", buildings=({"gpus": n, "gpu": hw},),
                               scale_out=TierSpec(bandwidth_Bps=hw.nic_bandwidth_Bps,
                                                  n_paths=min(max(n, 1), MAX_SCALE_OUT_PATHS),
@@ -169,21 +228,94 @@ def build_case(i: int, row: dict) -> RunCase:
                                                  load_balancing="packet_spray", loss_recovery="sr"))
         src = (row.get("source") or "").lower()
         flash = not any(k in src for k in PRE_FLASH_SOURCES)
+        if not flash:
+            assumed.append("unfused attention (published before FlashAttention)")
+        flavour = map_flavour(flavour_text)
+        regather = "every_pass"
+        if flavour == "fsdp_noreshard":
+            flavour, regather = "fsdp", "forward"
         scen = Scenario(model=model, workload=WorkloadSpec(global_batch_seqs=gb, seq_len=seq, precision=precision,
-                                                           flash_attention=flash), cluster=cluster)
+                                                           flash_attention=flash, framework=framework,
+                                                           fsdp_regather=regather), cluster=cluster)
     except Exception as e:  # noqa: BLE001 - any spec error makes this row unusable; say why
         raise _spec_skip(e, row) from None
-    flavour = map_flavour(flavour_text)
+    if not flavour_text and dp * cp > 1:
+        assumed.append(f"zero_or_fsdp={flavour} (not stated)")
     if dp * cp == 1:
         flavour = "ddp"
     if not rec and any(k in (row.get("source") or "").lower() for k in ALWAYS_RECOMPUTE_SOURCES):
         rec = "full"
+        assumed.append("recompute=full (the source recomputes in every run)")
     cfg = Config(tp=tp, cp=cp, ep=ep, pp=pp, dp=dp, placement="dp_out", dp_flavour=flavour,
                  pp_schedule=sched, pp_chunks=chunks, micro_batch=mb,
                  recompute=rec if rec in RECOMPUTE_VALUES else "none")
     return RunCase(i, name, row.get("source") or "", row.get("notes") or "", metric, measured, scen, cfg,
                    rec in RECOMPUTE_VALUES, bool(_cell(row, "micro_batch")),
-                   family=source_family(row.get("source") or ""), gpu=gpu)
+                   family=source_family(row.get("source") or ""), gpu=gpu, assumptions=assumed,
+                   flops_convention=convention, peak_memory_gb=_float(row, "peak_memory_gb"))
+
+
+def _framework(row: dict, assumed: list) -> str:
+    text = _cell(row, "framework")
+    if text:
+        fw = map_framework(text)
+        if fw is None:
+            raise Skip("names no known framework (megatron-lm, megatron-core, nemo, deepspeed, torchtitan, "
+                       "composer, pytorch-fsdp, nanotron, maxtext, other:<name>)", "framework", text)
+        return fw
+    fw = map_framework(row.get("source") or "")
+    if fw is None:
+        fw = ASSUMED_FRAMEWORK
+        assumed.append(f"framework={fw} (not stated)")
+    else:
+        assumed.append(f"framework={fw} (from the source)")
+    return fw
+
+
+def _convention(row: dict, assumed: list, metric: str) -> str:
+    """FLOP counting of a TFLOP/s or MFU figure: stated, else hardware for the sources known to
+    count recomputation (ALWAYS_RECOMPUTE_SOURCES), else model."""
+    text = _cell(row, "flops_convention")
+    if text:
+        conv = map_convention(text)
+        if conv is None:
+            raise Skip("not model or hardware (does the FLOP count include recomputation?)", "flops_convention",
+                       text)
+        return conv
+    conv = "hardware" if any(k in (row.get("source") or "").lower() for k in ALWAYS_RECOMPUTE_SOURCES) else "model"
+    if metric in ("tflops_per_gpu", "mfu_pct"):
+        assumed.append(f"flops_convention={conv} (not stated)")
+    return conv
+
+
+def _float(row: dict, key: str) -> float | None:
+    raw = _cell(row, key)
+    if not raw:
+        return None
+    try:
+        v = float(raw)
+    except ValueError:
+        raise Skip("not a number", key, raw) from None
+    if not math.isfinite(v) or v <= 0:
+        raise Skip("not a positive finite number", key, raw)
+    return v
+
+
+def _hardware(row: dict, gpu: str, assumed: list):
+    """The GPU preset, with the HBM size, HBM bandwidth and NIC speed the row states (columns
+    hbm_gb, hbm_tbps, nic_gbps, or a size inside gpu_type such as "A100-SXM4-40GB")."""
+    hw = load_preset("hardware", gpu)
+    upd = {}
+    hbm_gb = _float(row, "hbm_gb") or gpu_memory_gb(_cell(row, "gpu_type"))
+    if hbm_gb:
+        upd["hbm_bytes"] = hbm_gb * 1e9
+    tbps = _float(row, "hbm_tbps")
+    if tbps:
+        upd["hbm_bandwidth_Bps"] = tbps * 1e12
+    nic = _float(row, "nic_gbps")
+    if nic:
+        upd["nic_bandwidth_Bps"] = nic * 1e9 / 8
+    return hw.model_copy(update=upd) if upd else hw
 
 
 def _norm_column(name) -> str:

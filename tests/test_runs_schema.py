@@ -1,0 +1,167 @@
+"""The runs CSV's optional columns and free-text spellings (issue 13, item 1): what a published
+run states is used, what it leaves unstated is assumed by a named rule and printed with the row,
+and a value that cannot be read skips the row with its column and value."""
+from __future__ import annotations
+
+import csv
+import io
+import json
+from contextlib import redirect_stderr, redirect_stdout
+
+import pytest
+
+import autotune.validation as V
+from autotune.cli import main
+from autotune.costmodel.params import CostParams
+from autotune.validation.columns import (gpu_memory_gb, map_activation, map_attention, map_convention,
+                                         map_flavour, map_framework)
+
+BASE = {
+    "source": "Example et al. 2025 Table 1", "model_name": "Test-MoE", "n_layers": "24", "hidden": "2048",
+    "ffn_hidden": "8192", "n_heads": "16", "n_kv_heads": "4", "vocab": "32000", "seq_len": "4096",
+    "gpu_type": "H100-SXM5-80GB", "n_gpus": "64", "tp": "2", "pp": "1", "dp": "32", "cp": "1",
+    "micro_batch": "1", "global_batch_seqs": "256", "recompute": "none", "precision": "bf16",
+    "zero_or_fsdp": "zero1", "measured_metric": "tokens_per_sec_per_gpu", "measured_value": "10000",
+}
+
+
+def _write(tmp_path, rows):
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=list(V.COLUMNS), extrasaction="ignore")
+    w.writeheader()
+    for r in rows:
+        w.writerow({**BASE, **r})
+    p = tmp_path / "runs.csv"
+    p.write_text(buf.getvalue())
+    return p
+
+
+def _cli(*argv):
+    out, err = io.StringIO(), io.StringIO()
+    with redirect_stdout(out), redirect_stderr(err):
+        code = main(list(argv))
+    return code, out.getvalue(), err.getvalue()
+
+
+@pytest.mark.parametrize("text, want", [
+    ("ZeRO-2", "zero1"), ("ZeRO stage 1", "zero1"), ("dist-opt", "zero1"), ("Megatron distributed optimizer", "zero1"),
+    ("stage 3", "fsdp"), ("FSDP (FULL_SHARD)", "fsdp"), ("zero3 (no optimizer offload in the recipe)", "fsdp"),
+    ("no reshard", "fsdp_noreshard"), ("FSDP SHARD_GRAD_OP", "fsdp_noreshard"),
+    ("reshard_after_forward=False", "fsdp_noreshard"), ("HYBRID_SHARD", "hsdp"), ("hsdp", "hsdp"),
+    ("none", "ddp"), ("ZeRO-0", "ddp"), ("DDP", "ddp"), ("zero3 + CPU optimizer offload", "offload"),
+])
+def test_flavour_spellings(text, want):
+    assert map_flavour(text) == want
+
+
+def test_other_spellings():
+    assert [map_activation(t) for t in ("SwiGLU", "silu-glu", "GeGLU", "squared ReLU", "relu^2", "GELU", "ReLU")] == \
+        ["swiglu", "swiglu", "geglu", "squared_relu", "squared_relu", "gelu", "relu"]
+    assert map_activation("banana") is None
+    assert [map_attention(t) for t in ("MLA", "multi-head latent", "GQA", "MQA", "MHA")] == \
+        ["mla", "mla", "gqa", "gqa", "gqa"]
+    assert [map_framework(t) for t in ("Megatron-DeepSpeed", "NeMo 24.05", "torchtitan", "Composer", "nanotron",
+                                       "MaxText", "DeepSpeed", "other:custom")] == \
+        ["megatron", "megatron", "pytorch", "pytorch", "nanotron", "jax", "deepspeed", "other"]
+    assert map_convention("HFU (recompute counted)") == "hardware" and map_convention("model FLOPs") == "model"
+    assert gpu_memory_gb("A100-SXM4-40GB") == 40 and gpu_memory_gb("H100 80 GB") == 80
+    assert gpu_memory_gb("H100-SXM") is None
+
+
+def test_explicit_columns_reach_the_scenario(tmp_path):
+    p = _write(tmp_path, [{"moe_experts": "64", "moe_topk": "6", "expert_ffn_hidden": "1408", "moe_shared_experts": "2",
+                           "first_k_dense": "1", "ep": "8", "head_dim": "192", "activation": "SwiGLU",
+                           "framework": "torchtitan", "hbm_gb": "94", "hbm_tbps": "3.9", "nic_gbps": "200",
+                           "sliding_window": "1024", "sliding_window_layers": "12"}])
+    (case,), skipped = V.read_runs(p)
+    assert not skipped
+    m, hw = case.scenario.model, case.scenario.cluster.buildings[0].gpu
+    assert (m.moe_ffn_hidden, m.moe_shared_experts, m.first_k_dense, m.head_dim) == (1408, 2, 1, 192)
+    assert (m.sliding_window, m.sliding_window_layers, m.activation) == (1024, 12, "swiglu")
+    assert case.scenario.workload.framework == "pytorch"
+    assert hw.hbm_bytes == 94e9 and hw.hbm_bandwidth_Bps == 3.9e12 and hw.nic_bandwidth_Bps == 200e9 / 8
+    assert not any(a.startswith(("expert_ffn_hidden", "activation", "framework")) for a in case.assumptions)
+
+
+def test_mla_columns(tmp_path):
+    p = _write(tmp_path, [{"attention": "MLA", "head_dim": "128", "q_lora_rank": "1536", "kv_lora_rank": "512",
+                           "qk_rope_head_dim": "64", "v_head_dim": "128", "hidden": "7168", "n_heads": "128",
+                           "n_kv_heads": "128", "tp": "1", "dp": "64"}])
+    (case,), _ = V.read_runs(p)
+    m = case.scenario.model
+    assert m.attention == "mla" and m.qk_head_dim == 192 and m.kv_lora_rank == 512
+
+
+def test_unstated_values_are_assumed_by_rule_and_printed(tmp_path):
+    p = _write(tmp_path, [{"ffn_hidden": "", "vocab": "", "zero_or_fsdp": "", "recompute": "", "micro_batch": "",
+                           "model_name": "Llama-ish 1B", "measured_metric": "mfu_pct", "measured_value": "40"}])
+    (case,), _ = V.read_runs(p)
+    text = "; ".join(case.assumptions)
+    for needle in ("ffn_hidden=8192", "vocab=51200", "activation=swiglu (from the model name)",
+                   "zero_or_fsdp=ddp", "framework=megatron (not stated)", "flops_convention=model"):
+        assert needle in text, text
+    code, out, _ = _cli("validate", "--runs", str(p))
+    assert code == 0 and "assumed:" in out and "recompute=" in out and "(the fastest that fits)" in out
+    code, out, _ = _cli("validate", "--runs", str(p), "--json")
+    row = json.loads(out)["rows"][0]
+    assert any("micro_batch=" in a for a in row["assumptions"])
+
+
+def test_hardware_convention_counts_recomputation(tmp_path):
+    row = {"measured_metric": "tflops_per_gpu", "measured_value": "300", "recompute": "full"}
+    model = V.score(V.read_runs(_write(tmp_path, [{**row, "flops_convention": "model"}]))[0], CostParams())[0]
+    hw = V.score(V.read_runs(_write(tmp_path, [{**row, "flops_convention": "HFU"}]))[0], CostParams())[0]
+    assert hw["predicted"] == pytest.approx(model["predicted"] * 4 / 3, rel=0.02)
+
+
+@pytest.mark.parametrize("col, value, why", [
+    ("activation", "banana", "activation"), ("framework", "my-own-stack", "framework"),
+    ("flops_convention", "sometimes", "flops_convention"), ("hbm_gb", "-3", "hbm_gb"),
+    ("attention", "linear", "attention"), ("zero_or_fsdp", "zero3 + CPU offload", "CPU offload"),
+    ("tp", "16", "NVLink domain"), ("expert_ffn_hidden", "abc", "expert_ffn_hidden"),
+])
+def test_unreadable_values_skip_the_row_naming_column_and_value(tmp_path, col, value, why):
+    extra = {"moe_experts": "8", "moe_topk": "2"} if col == "expert_ffn_hidden" else {}
+    if col == "tp":
+        extra = {"n_gpus": "64", "dp": "4", "n_kv_heads": "16"}
+    p = _write(tmp_path, [{}, {col: value, **extra}])
+    cases, skipped = V.read_runs(p)
+    assert len(cases) == 1 and len(skipped) == 1
+    assert why in skipped[0]["reason"] and skipped[0].get("column") == col and skipped[0].get("value") == value
+
+
+def test_gb200_jobs_that_do_not_fill_racks_use_equal_parts(tmp_path):
+    p = _write(tmp_path, [{"gpu_type": "GB200 NVL72", "n_gpus": "128", "tp": "1", "dp": "128"}])
+    (case,), _ = V.read_runs(p)
+    assert case.scenario.cluster.buildings[0].gpu.nvlink_domain_gpus == 64
+    assert any("NVLink domain of 64 GPUs" in a for a in case.assumptions)
+
+
+def test_reserved_runs_are_scored_never_fit():
+    code, out, _ = _cli("validate", "--runs", "reserved", "--json")
+    assert code == 0
+    d = json.loads(out)
+    assert d["n"] >= 100
+    fams = {r["family"] for r in d["rows"]}
+    assert {"NVIDIA/dgxc-benchmarking", "Llama 3"} <= fams
+    for flags in (("--fit",), ("--loso",)):
+        code, _, err = _cli("validate", "--runs", "reserved", *flags)
+        assert code == 2 and "independent check" in err and "Traceback" not in err
+
+
+def test_no_reserved_source_in_the_published_set():
+    """The sources issue 13 reserves as an independent check are never in the fitted set."""
+    reserved = ("dgxc-benchmarking", "megatron-bridge", "automodel", "torchtitan", "llama 3", "arxiv:2407.21783",
+                "nemotron-4", "mt-nlg", "bloom", "opt-175b", "gpt-neox", "arxiv:2412.19437")
+    with open(V.shipped_runs_path()) as f:
+        for r in csv.DictReader(f):
+            src = r["source"].lower()
+            assert not any(k in src for k in reserved), r["source"]
+
+
+def test_a_framework_class_without_rows_keeps_its_start_value(tmp_path):
+    p = _write(tmp_path, [{"framework": "megatron-lm", "measured_value": str(v)} for v in (9000, 10000, 11000)])
+    cases, _ = V.read_runs(p)
+    params, _ = V.fit_params(cases=cases)
+    for fw in ("deepspeed", "pytorch", "nanotron", "jax"):
+        assert getattr(params, f"framework_efficiency_{fw}") == 1.0
