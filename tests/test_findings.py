@@ -37,23 +37,28 @@ def placement_times(model, **xb):
 
 # (a) -------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("oversub", [1, 2.8, 4])
-def test_a_dense_prefers_dp_out_at_moderate_oversubscription(oversub):
-    """Dense llama3-8b: the best DP-out configuration beats the best PP-out one up to 4:1.
+def test_a_small_dense_model_prefers_pp_out_when_its_step_is_communication_bound(oversub):
+    """Dense llama3-8b on 8,192 GPUs (512 tokens per GPU per step): the best PP-out configuration
+    beats the best DP-out one at every ratio up to 4:1 (when last measured: 3.2% at 1:1, 12.1% at
+    2.8:1, 11.8% at 4:1).
 
-    Regime: a dense model that needs no pipeline to fit. For 70B and 405B on 8,192 GPUs both
-    placements hide almost all cross-building traffic behind compute and the optima are within
-    1% of each other (next test): the model calls it a tie, not a DP-out win."""
+    Regime: a step this short is communication-bound. Both optima are tp 8, cp 2, pp 2, dp 256;
+    DP-out all-reduces its gradients across the buildings (0.031 s of the 0.121 s step at 1:1),
+    PP-out only inside each (0.022 s) and pays a larger bubble (0.012 s vs 0.005 s). Until issue
+    13's recalibration (collective efficiencies bounded to nccl-tests' range, scale-out 0.95,
+    NVLink 0.6) the model put DP-out ahead here; the finding turned with the calibration."""
     dp, pp = placement_times("llama3-8b", oversubscription=oversub)
-    assert dp < pp
+    assert pp < dp
 
 
 @pytest.mark.parametrize("model", ["llama3-70b"])
-def test_a_large_dense_models_are_a_near_tie_between_placements(model):
-    """70B on 8,192 GPUs: both placements hide most cross-building traffic behind compute; DP-out
-    is ahead by about 1% (1.08% at 1:1, 0.91% at 2.8:1 when last measured)."""
-    for oversub in (1, 2.8):
-        dp, pp = placement_times(model, oversubscription=oversub)
-        assert dp < pp and pp / dp - 1 < 0.02
+def test_a_large_dense_models_tie_then_lean_pp_out(model):
+    """70B on 8,192 GPUs: the placements tie at 1:1 (DP-out 0.07% ahead when last measured) and
+    PP-out pulls ahead once the link is oversubscribed (6.8% at 2.8:1)."""
+    dp, pp = placement_times(model, oversubscription=1)
+    assert abs(dp / pp - 1) < 0.02
+    dp, pp = placement_times(model, oversubscription=2.8)
+    assert pp < dp and dp / pp - 1 < 0.2
 
 
 # (b) -------------------------------------------------------------------------------------------

@@ -181,7 +181,7 @@ def build_case(i: int, row: dict) -> RunCase:
     if precision == "fp8" and not hw.peak_flops_fp8:
         raise Skip(f"the {gpu} preset has no fp8 peak", "precision", _cell(row, "precision"))
     dom = hw.nvlink_domain_gpus
-    if n > dom and n % dom:
+    if n > dom and n % dom and dom > RACK_SCALE_DOMAIN_GPUS:
         # a rack-scale domain (GB200 NVL72) is not filled by a job whose size it does not divide:
         # the job runs on equal parts of several domains, the largest part that divides it
         part = max(d for d in range(1, dom + 1) if n % d == 0)
@@ -253,6 +253,11 @@ def build_case(i: int, row: dict) -> RunCase:
                    rec in RECOMPUTE_VALUES, bool(_cell(row, "micro_batch")),
                    family=source_family(row.get("source") or ""), gpu=gpu, assumptions=assumed,
                    flops_convention=convention, peak_memory_gb=_float(row, "peak_memory_gb"))
+
+
+RACK_SCALE_DOMAIN_GPUS = 8
+"""NVLink domains larger than a server (GB200 NVL72) are racks a job may fill in part; a server's
+domain (8 GPUs) is filled whole."""
 
 
 def _framework(row: dict, assumed: list) -> str:
