@@ -199,7 +199,7 @@ def _study_options(f):
         click.option("--trials", type=int, default=100, help="finished trials the study must reach"),
         click.option("--storage", default=None, help="SQLAlchemy URL (default sqlite:///autotune.db)"),
         click.option("--study-name", "study_name", default=None),
-        click.option("--tracking-uri", "tracking_uri", default=None, help="MLflow URI (default sqlite:///mlflow.db)"),
+        click.option("--tracking-uri", "tracking_uri", default=None, help="MLflow URI (default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db; the experiment is $MLFLOW_EXPERIMENT_NAME, else autotune)"),
         click.option("--backend", default="costmodel", help="measurement backend (entry points: autotune.backends)"),
         click.option("--backend-option", "backend_options", multiple=True,
                      help="key=value passed to the backend, e.g. template='srun ./train.sh {torchtitan_args}'"),

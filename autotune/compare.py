@@ -141,8 +141,8 @@ def run_compare(scenario: Scenario, strategies, budget: int, seeds: int, out_dir
     (out / f"{stem}.json").write_text(json.dumps(data, indent=2))
     if track:
         from .tracking import Tracker
-        from .study import DEFAULT_TRACKING_URI
-        tr = Tracker(tracking_uri or DEFAULT_TRACKING_URI, f"{stem}-b{budget}-s{seeds}", "memory",
+        from .study import default_tracking_uri
+        tr = Tracker(tracking_uri or default_tracking_uri(), f"{stem}-b{budget}-s{seeds}", "memory",
                      tags={"autotune.kind": "compare"})
         metrics = {f"{k}.median_gap_pct": v["median_gap_pct"] for k, v in results.items()}
         tr.log_study(params={"strategies": ",".join(strategies), "budget": budget, "seeds": seeds},

@@ -51,6 +51,11 @@ or an Optuna constraint whose value is the memory deficit over HBM (samplers tha
 constraints: tpe, gp, nsga2). Within seed noise of each other for TPE (experiments/tpe_ablation.py)."""
 DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
 
+
+def default_tracking_uri() -> str:
+    """MLflow's convention: MLFLOW_TRACKING_URI when set, else a SQLite file in the working folder."""
+    return (os.environ.get("MLFLOW_TRACKING_URI") or "").strip() or DEFAULT_TRACKING_URI
+
 optuna.logging.set_verbosity(optuna.logging.ERROR)   # storage errors are reported by autotune, in one line
 
 
@@ -494,7 +499,7 @@ class StudyRunner:
                                  "secret is not stored with the study, so give it to every worker and resume "
                                  "(or --no-tracking)")
         self.tracking_uri = tracking_uri or (stored_uri if "tracking_uri" not in masked else None) \
-            or DEFAULT_TRACKING_URI
+            or default_tracking_uri()
         # what a new study stores: secrets masked
         stored_b, stored_s, new_masked = [], [], []
         for k, v in sorted(b_opts.items()):

@@ -144,9 +144,9 @@ def write_outputs(out_dir: str | Path, stem: str, rows: list[dict], columns: lis
     js = out / f"{stem}.json"
     js.write_text(json.dumps(data, indent=2, default=str))
     if track:
-        from .study import DEFAULT_TRACKING_URI
+        from .study import default_tracking_uri
         from .tracking import Tracker
-        tr = Tracker(tracking_uri or DEFAULT_TRACKING_URI, f"experiment-{stem}", "memory",
+        tr = Tracker(tracking_uri or default_tracking_uri(), f"experiment-{stem}", "memory",
                      tags={"autotune.kind": "experiment"})
         tr.log_study(params=params or {}, metrics={"design_points": len(rows)})
         for p in [table, js, *plots]:

@@ -17,6 +17,13 @@ from .processes import THIS_PROCESS, dead_here
 from .errors import UserInputError
 
 EXPERIMENT = "autotune"
+"""The MLflow experiment when MLFLOW_EXPERIMENT_NAME is not set (MLflow's own variable)."""
+
+
+def experiment_name() -> str:
+    """MLflow's convention: MLFLOW_EXPERIMENT_NAME names the experiment; else ``autotune``."""
+    import os
+    return (os.environ.get("MLFLOW_EXPERIMENT_NAME") or "").strip() or EXPERIMENT
 HTTP_LIMITS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
                "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}
 """Bounded retries for a tracking server (MLflow's defaults retry for minutes); a user's own
@@ -212,8 +219,9 @@ class Tracker:
             # that repeats it, password included
             mlflow.set_tracking_uri(tracking_uri)
             self.client = MlflowClient(tracking_uri)
-            exp = self.client.get_experiment_by_name(EXPERIMENT)
-            self.experiment_id = exp.experiment_id if exp else self.client.create_experiment(EXPERIMENT)
+            name = experiment_name()
+            exp = self.client.get_experiment_by_name(name)
+            self.experiment_id = exp.experiment_id if exp else self.client.create_experiment(name)
             found = self.client.search_runs([self.experiment_id],
                                             filter_string=f"tags.`autotune.study_name` = '{study_name}' and "
                                                           f"tags.`autotune.role` = 'study'", max_results=1)

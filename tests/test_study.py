@@ -138,3 +138,16 @@ def test_a_trial_killed_before_recording_its_owner_is_failed_when_a_quick_resume
     trials = optuna.load_study(study_name="quick", storage=storage).trials
     assert not [t for t in trials if t.state == optuna.trial.TrialState.RUNNING]
     assert trials[3].state == optuna.trial.TrialState.FAIL and trials[3].user_attrs["reason"].startswith("interrupted")
+
+
+def test_mlflow_environment_variables_are_honoured(tmp_path, monkeypatch):
+    """Issue 14: MLFLOW_TRACKING_URI stands in for --tracking-uri and MLFLOW_EXPERIMENT_NAME names the
+    experiment, as in MLflow itself."""
+    tracking = f"sqlite:///{tmp_path}/env-mlflow.db"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", tracking)
+    monkeypatch.setenv("MLFLOW_EXPERIMENT_NAME", "scale-across-team")
+    r = run_study("llama3-70b", "metro-2bldg", strategy="random", trials=3, storage=f"sqlite:///{tmp_path}/s.db")
+    c = MlflowClient(tracking)
+    exp = c.get_experiment_by_name("scale-across-team")
+    assert exp is not None and c.get_experiment_by_name("autotune") is None
+    assert c.get_run(r["mlflow_run_id"]).info.experiment_id == exp.experiment_id
