@@ -51,6 +51,7 @@ def test_a_small_dense_model_prefers_pp_out_when_its_step_is_communication_bound
     assert pp < dp
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model", ["llama3-70b"])
 def test_a_large_dense_models_tie_then_lean_pp_out(model):
     """70B on 8,192 GPUs: the placements tie at 1:1 (DP-out 0.07% ahead when last measured) and
