@@ -15,15 +15,15 @@ from ..errors import UserInputError
 from ..specs import Config, Scenario
 from ..specs.cluster import ClusterSpec, TierSpec
 from ..specs.model import ModelSpec
-from ..specs.presets import load_preset
 from ..specs.workload import WorkloadSpec
-from .columns import (ALWAYS_RECOMPUTE_SOURCES, ASSUMED_FFN_MULTIPLE, ASSUMED_FRAMEWORK, GATED_NAME_RULE,
-                      gpu_memory_gb, map_activation, map_attention, map_convention, map_framework, ASSUMED_INTERLEAVED_CHUNKS, ASSUMED_MICRO_BATCH,
+from .columns import (ALWAYS_RECOMPUTE_SOURCES, ASSUMED_FFN_MULTIPLE, GATED_NAME_RULE, map_activation,
+                      map_attention, ASSUMED_INTERLEAVED_CHUNKS, ASSUMED_MICRO_BATCH,
                       ASSUMED_SCALE_OUT_LATENCY_s, ASSUMED_VOCAB, COLUMNS, MAX_SCALE_OUT_PATHS, METRICS,
                       PRE_FLASH_SOURCES, RECOMPUTE_VALUES, REQUIRED_COLUMNS, TYPO_CUTOFF, Skip, _cell, _int,
                       _match_flavour, _match_schedule, map_flavour, map_gpu, map_schedule, one_line,
                       shipped_runs_path, source_family)
 from .predict import score
+from .row_fields import RACK_SCALE_DOMAIN_GPUS, _convention, _float, _framework, _hardware
 
 @dataclass
 class RunCase:
@@ -253,74 +253,6 @@ def build_case(i: int, row: dict) -> RunCase:
                    rec in RECOMPUTE_VALUES, bool(_cell(row, "micro_batch")),
                    family=source_family(row.get("source") or ""), gpu=gpu, assumptions=assumed,
                    flops_convention=convention, peak_memory_gb=_float(row, "peak_memory_gb"))
-
-
-RACK_SCALE_DOMAIN_GPUS = 8
-"""NVLink domains larger than a server (GB200 NVL72) are racks a job may fill in part; a server's
-domain (8 GPUs) is filled whole."""
-
-
-def _framework(row: dict, assumed: list) -> str:
-    text = _cell(row, "framework")
-    if text:
-        fw = map_framework(text)
-        if fw is None:
-            raise Skip("names no known framework (megatron-lm, megatron-core, nemo, deepspeed, torchtitan, "
-                       "composer, pytorch-fsdp, nanotron, maxtext, other:<name>)", "framework", text)
-        return fw
-    fw = map_framework(row.get("source") or "")
-    if fw is None:
-        fw = ASSUMED_FRAMEWORK
-        assumed.append(f"framework={fw} (not stated)")
-    else:
-        assumed.append(f"framework={fw} (from the source)")
-    return fw
-
-
-def _convention(row: dict, assumed: list, metric: str) -> str:
-    """FLOP counting of a TFLOP/s or MFU figure: stated, else hardware for the sources known to
-    count recomputation (ALWAYS_RECOMPUTE_SOURCES), else model."""
-    text = _cell(row, "flops_convention")
-    if text:
-        conv = map_convention(text)
-        if conv is None:
-            raise Skip("not model or hardware (does the FLOP count include recomputation?)", "flops_convention",
-                       text)
-        return conv
-    conv = "hardware" if any(k in (row.get("source") or "").lower() for k in ALWAYS_RECOMPUTE_SOURCES) else "model"
-    if metric in ("tflops_per_gpu", "mfu_pct"):
-        assumed.append(f"flops_convention={conv} (not stated)")
-    return conv
-
-
-def _float(row: dict, key: str) -> float | None:
-    raw = _cell(row, key)
-    if not raw:
-        return None
-    try:
-        v = float(raw)
-    except ValueError:
-        raise Skip("not a number", key, raw) from None
-    if not math.isfinite(v) or v <= 0:
-        raise Skip("not a positive finite number", key, raw)
-    return v
-
-
-def _hardware(row: dict, gpu: str, assumed: list):
-    """The GPU preset, with the HBM size, HBM bandwidth and NIC speed the row states (columns
-    hbm_gb, hbm_tbps, nic_gbps, or a size inside gpu_type such as "A100-SXM4-40GB")."""
-    hw = load_preset("hardware", gpu)
-    upd = {}
-    hbm_gb = _float(row, "hbm_gb") or gpu_memory_gb(_cell(row, "gpu_type"))
-    if hbm_gb:
-        upd["hbm_bytes"] = hbm_gb * 1e9
-    tbps = _float(row, "hbm_tbps")
-    if tbps:
-        upd["hbm_bandwidth_Bps"] = tbps * 1e12
-    nic = _float(row, "nic_gbps")
-    if nic:
-        upd["nic_bandwidth_Bps"] = nic * 1e9 / 8
-    return hw.model_copy(update=upd) if upd else hw
 
 
 def _norm_column(name) -> str:

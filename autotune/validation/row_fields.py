@@ -1,0 +1,76 @@
+"""Per-row readers of the optional columns: framework class, FLOP convention, positive numbers,
+and the hardware a row states (HBM size and bandwidth, NIC speed) on top of its GPU preset."""
+from __future__ import annotations
+
+import math
+
+from ..specs.presets import load_preset
+from .columns import ALWAYS_RECOMPUTE_SOURCES, ASSUMED_FRAMEWORK, Skip, _cell, gpu_memory_gb, map_convention, map_framework
+
+
+RACK_SCALE_DOMAIN_GPUS = 8
+"""NVLink domains larger than a server (GB200 NVL72) are racks a job may fill in part; a server's
+domain (8 GPUs) is filled whole."""
+
+
+def _framework(row: dict, assumed: list) -> str:
+    text = _cell(row, "framework")
+    if text:
+        fw = map_framework(text)
+        if fw is None:
+            raise Skip("names no known framework (megatron-lm, megatron-core, nemo, deepspeed, torchtitan, "
+                       "composer, pytorch-fsdp, nanotron, maxtext, other:<name>)", "framework", text)
+        return fw
+    fw = map_framework(row.get("source") or "")
+    if fw is None:
+        fw = ASSUMED_FRAMEWORK
+        assumed.append(f"framework={fw} (not stated)")
+    else:
+        assumed.append(f"framework={fw} (from the source)")
+    return fw
+
+
+def _convention(row: dict, assumed: list, metric: str) -> str:
+    """FLOP counting of a TFLOP/s or MFU figure: stated, else hardware for the sources known to
+    count recomputation (ALWAYS_RECOMPUTE_SOURCES), else model."""
+    text = _cell(row, "flops_convention")
+    if text:
+        conv = map_convention(text)
+        if conv is None:
+            raise Skip("not model or hardware (does the FLOP count include recomputation?)", "flops_convention",
+                       text)
+        return conv
+    conv = "hardware" if any(k in (row.get("source") or "").lower() for k in ALWAYS_RECOMPUTE_SOURCES) else "model"
+    if metric in ("tflops_per_gpu", "mfu_pct"):
+        assumed.append(f"flops_convention={conv} (not stated)")
+    return conv
+
+
+def _float(row: dict, key: str) -> float | None:
+    raw = _cell(row, key)
+    if not raw:
+        return None
+    try:
+        v = float(raw)
+    except ValueError:
+        raise Skip("not a number", key, raw) from None
+    if not math.isfinite(v) or v <= 0:
+        raise Skip("not a positive finite number", key, raw)
+    return v
+
+
+def _hardware(row: dict, gpu: str, assumed: list):
+    """The GPU preset, with the HBM size, HBM bandwidth and NIC speed the row states (columns
+    hbm_gb, hbm_tbps, nic_gbps, or a size inside gpu_type such as "A100-SXM4-40GB")."""
+    hw = load_preset("hardware", gpu)
+    upd = {}
+    hbm_gb = _float(row, "hbm_gb") or gpu_memory_gb(_cell(row, "gpu_type"))
+    if hbm_gb:
+        upd["hbm_bytes"] = hbm_gb * 1e9
+    tbps = _float(row, "hbm_tbps")
+    if tbps:
+        upd["hbm_bandwidth_Bps"] = tbps * 1e12
+    nic = _float(row, "nic_gbps")
+    if nic:
+        upd["nic_bandwidth_Bps"] = nic * 1e9 / 8
+    return hw.model_copy(update=upd) if upd else hw
