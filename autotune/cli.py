@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 import click
@@ -67,6 +68,21 @@ def _fmt_bytes(b: float) -> str:
     return f"{b / 2**30:.1f} GiB"
 
 
+def _header(scen) -> dict:
+    """What every command reports about its scenario: the summary, the network tiers as the model
+    reads them and the effective scenario after every preset, file and --set (JSON)."""
+    return {"scenario": scen.summary(), "network": scen.network_lines(),
+            "effective_scenario": scen.model_dump(mode="json")}
+
+
+def _print_header(d: dict) -> None:
+    s = d["scenario"]
+    click.echo(f"scenario: {s['model']} x {s['cluster']}: {s['gpus']:,} GPUs in {s['buildings']} buildings, "
+               f"batch {s['global_batch_seqs']} x {s['seq_len']} tokens, {s['precision']}")
+    for line in d.get("network", []):
+        click.echo(f"  {line}")
+
+
 def _print_evaluation(d: dict) -> None:
     """One evaluated configuration: headline figures, then the breakdown as shares."""
     state = "feasible" if d["feasible"] else f"INFEASIBLE ({d['reason']})"
@@ -94,13 +110,16 @@ def evaluate(config_text, simulate, params_file, as_json, **kw):
     SearchSpace(scen).check(cfg)
     ev = evaluate_one(scen, cfg, params, check=False)      # checked just above
     from .launch import config_text as pasteable, launch_summary
-    data = ev.to_dict() | {"scenario": scen.summary(), "launch": launch_summary(cfg), "config_text": pasteable(cfg)}
+    data = ev.to_dict() | _header(scen) | {"launch": launch_summary(cfg), "config_text": pasteable(cfg)}
     if simulate:
         from .costmodel.simulator import simulate as sim
+        if not as_json:
+            click.echo(f"simulating every micro-batch of {cfg.pp} stages "
+                       "(event-level; large pipelines take a minute) ...", err=True)
         data["simulated"] = sim(scen, cfg, params)
 
     def human(d):
-        click.echo(f"scenario: {d['scenario']}")
+        _print_header(d)
         click.echo(f"config:   {d['config_text']}")
         _print_evaluation(d)
         _print_launch(d["launch"])
@@ -116,10 +135,10 @@ def space(as_json, **kw):
     """Size of the configuration space and how much of it is legal."""
     from .space import SearchSpace
     scen = _scenario(kw)
-    data = SearchSpace(scen).require_legal().summary()
+    data = SearchSpace(scen).require_legal().summary() | _header(scen)
 
     def human(d):
-        click.echo(f"scenario: {d['scenario']}")
+        _print_header(d)
         click.echo(f"raw product of knob values: {d['raw_size']:,}")
         click.echo(f"legal configurations:       {d['legal_count']:,} ({100 * d['legal_fraction']:.3f}%)")
     _emit(data, as_json, human)
@@ -153,7 +172,7 @@ def search(top_k, out_dir, params_file, as_json, **kw):
               desc="exhaustive") as bar:
         res = exhaustive_search(space, params, progress=bar.update, top_k=top_k)
     top = [(c, evaluate_one(scen, c, params, check=False)) for c, _ in res.top]
-    data = {"scenario": scen.summary(), "legal_count": res.legal_count, "feasible_count": res.feasible_count,
+    data = _header(scen) | {"legal_count": res.legal_count, "feasible_count": res.feasible_count,
             "elapsed_s": res.elapsed_s, "best": top[0][1].to_dict() if top else None,
             "top": [{"rank": i, "config_text": config_text(c), **e.to_dict()} for i, (c, e) in enumerate(top, 1)]}
     if top:
@@ -163,7 +182,7 @@ def search(top_k, out_dir, params_file, as_json, **kw):
             data["files"] = write_launch_dir(out_dir, scen, top, "autotune search " + " ".join(sys.argv[2:]))
 
     def human(d):
-        click.echo(f"scenario: {d['scenario']}")
+        _print_header(d)
         click.echo(f"searched {d['legal_count']:,} legal configurations ({d['feasible_count']:,} fit in memory) "
                    f"in {d['elapsed_s']:.2f} s")
         b = d["best"]
@@ -222,7 +241,7 @@ def _print_study(d):
     if d["best_config"] is None:
         click.echo("no feasible configuration found")
         return
-    click.echo(f"best: {d['best_config']}")
+    click.echo("best: " + ",".join(f"{k}={v}" for k, v in d["best_config"].items()))
     click.echo(f"iteration {d['best_iteration_time_s']:.4f} s")
     for name in ("production", "sota"):
         t, sp = d[f"{name}_iteration_time_s"], d[f"speedup_vs_{name}"]
@@ -231,7 +250,8 @@ def _print_study(d):
     if d.get("pareto_front"):
         click.echo(f"Pareto front over {', '.join(d['objectives'])}: {len(d['pareto_front'])} configurations")
         for p in d["pareto_front"][:10]:
-            click.echo("  " + "  ".join(f"{k}={v:.4g}" for k, v in p["objectives"].items()))
+            click.echo("  " + "  ".join(f"{k}={v:.4g}" for k, v in p["objectives"].items()) + "  "
+                       + ",".join(f"{k}={v}" for k, v in p["config"].items()))
     if d.get("mlflow_run_id"):
         click.echo(f"MLflow run {d['mlflow_run_id']}")
     for e in d.get("tracking_errors") or []:
@@ -265,8 +285,11 @@ def _objectives(text):
 @scenario_options
 @click.option("--strategy", default="tpe", help="tpe, cmaes, gp, nsga2, random, exhaustive, ppo, production, sota")
 @click.option("--seed", type=int, default=0)
+@click.option("--out", "out_dir", default=None,
+              help="folder for the launch files of the best configuration and the top 10 (as `search --out`; the "
+                   "breakdowns are the cost model's, the rank and measured_s the backend's)")
 @_study_options
-def study(strategy, seed, trials, storage, study_name, tracking_uri, backend, backend_options, trial_timeout,
+def study(strategy, seed, out_dir, trials, storage, study_name, tracking_uri, backend, backend_options, trial_timeout,
           no_tracking, objectives, infeasible, as_json, **kw):
     """Run or resume a tuning study; every trial goes to the storage and to MLflow.
 
@@ -281,7 +304,27 @@ def study(strategy, seed, trials, storage, study_name, tracking_uri, backend, ba
                          track=not no_tracking, progress=not as_json and sys.stderr.isatty(),
                          infeasible=infeasible if _given("infeasible") else None,
                          objectives=_objectives(objectives) if _given("objectives") else None)
-    _emit(runner.run(), as_json, _print_study)
+    if out_dir is not None:
+        from .launch import check_out_dir
+        check_out_dir(out_dir)
+    data = runner.run() | _header(runner.scenario)
+    if out_dir is not None and data["top"]:
+        from .costmodel import evaluate as evaluate_one
+        from .launch import write_launch_dir
+        from .specs.config import Config
+        top = [Config(**t["config"]) for t in data["top"]]
+        data["files"] = write_launch_dir(out_dir, runner.scenario, [(c, evaluate_one(runner.scenario, c, check=False))
+                                                                    for c in top],
+                                         "autotune study " + " ".join(sys.argv[2:]),
+                                         measured_s=[t["iteration_time_s"] for t in data["top"]],
+                                         backend=runner.backend_name)
+
+    def human(d):
+        _print_header(d)
+        _print_study(d)
+        for f in d.get("files", []):
+            click.echo(f"wrote {f}")
+    _emit(data, as_json, human)
 
 
 def _backend_options(items) -> dict:
@@ -335,7 +378,9 @@ def worker(study_name, storage, trials, seed, strategy, objectives, infeasible, 
 @click.option("--strategies", default="tpe,random", help="comma-separated strategy names")
 @click.option("--budget", type=int, default=300, help="trials per strategy and seed")
 @click.option("--seeds", type=int, default=5)
-@click.option("--out", "out_dir", default="compare-out", help="folder for the table and the PNG")
+@click.option("--out", "out_dir", default="compare-out",
+              help="parent folder: each comparison writes its own subfolder (table, PNG, JSON and the launch files of "
+                   "the exhaustive optimum)")
 @click.option("--seed-baselines", is_flag=True, help="start every study from production and sota (as `study` does)")
 @click.option("--tracking-uri", "tracking_uri", default=None)
 @click.option("--no-tracking", is_flag=True)
@@ -363,6 +408,7 @@ def compare(strategies, budget, seeds, out_dir, seed_baselines, tracking_uri, no
         for k, g in d["baseline_gaps_pct"].items():
             click.echo(f"{k} baseline gap: {g:.2f}%")
         click.echo(f"plot: {d['plot']}  table: {d['table']}")
+        click.echo(f"launch files of the optimum: {os.path.dirname(d['launch_files'][0])}")
     _emit(data, as_json, human)
 
 

@@ -109,8 +109,13 @@ def run_compare(scenario: Scenario, strategies, budget: int, seeds: int, out_dir
     SearchSpace(scenario).require_legal()           # before anything is written
     from .launch import check_out_dir
     check_out_dir(str(out_dir))
-    out = Path(out_dir)
-    opt = exhaustive_optimum(scenario, out)
+    # one folder (and one MLflow run) per invocation: the scenario's key and the comparison's own
+    # options are in the name, so a compare with other overrides or strategies never overwrites another
+    stem = (f"compare-{scenario.model.name}-{scenario.cluster.name}-{scenario.key[:8]}-{'+'.join(strategies)}"
+            f"-b{budget}-s{seeds}" + ("-warm" if seed_baselines else ""))
+    out = Path(out_dir) / stem
+    check_out_dir(str(out))
+    opt = exhaustive_optimum(scenario, Path(out_dir))
     bar = None
     if progress:
         from tqdm import tqdm
@@ -122,7 +127,6 @@ def run_compare(scenario: Scenario, strategies, budget: int, seeds: int, out_dir
                for s in strategies}
     if bar:
         bar.close()
-    stem = f"compare-{scenario.model.name}-{scenario.cluster.name}" + ("-warm" if seed_baselines else "")
     plot = out / f"{stem}.png"
     plot_curves(results, opt["optimum_s"], plot, f"{scenario.model.name} x {scenario.cluster.name}, {seeds} seeds")
     table = out / f"{stem}.md"
@@ -138,11 +142,17 @@ def run_compare(scenario: Scenario, strategies, budget: int, seeds: int, out_dir
                                   if v.get("config")},
             "budget": budget, "seeds": seeds, "plot": str(plot), "table": str(table),
             "strategies": {k: {kk: vv for kk, vv in v.items() if kk != "curves"} for k, v in results.items()}}
+    from .costmodel import evaluate
+    from .launch import write_launch_dir
+    from .specs.config import Config
+    best = Config(**opt["best_config"])
+    data["launch_files"] = write_launch_dir(str(out), scenario, [(best, evaluate(scenario, best, check=False))],
+                                            "autotune compare (the exhaustive optimum)")
     (out / f"{stem}.json").write_text(json.dumps(data, indent=2))
     if track:
         from .tracking import Tracker
         from .study import default_tracking_uri
-        tr = Tracker(tracking_uri or default_tracking_uri(), f"{stem}-b{budget}-s{seeds}", "memory",
+        tr = Tracker(tracking_uri or default_tracking_uri(), stem, "memory",
                      tags={"autotune.kind": "compare"})
         metrics = {f"{k}.median_gap_pct": v["median_gap_pct"] for k, v in results.items()}
         tr.log_study(params={"strategies": ",".join(strategies), "budget": budget, "seeds": seeds},

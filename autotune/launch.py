@@ -110,11 +110,13 @@ def megatron_args(scenario, cfg: Config) -> tuple[list[str], list[str]]:
     return args, notes
 
 
-def write_launch_dir(out: str, scenario, top: list, command: str) -> list[str]:
+def write_launch_dir(out: str, scenario, top: list, command: str, measured_s: list | None = None,
+                     backend: str = "costmodel") -> list[str]:
     """Write what a user needs to launch the best configuration into folder ``out``:
     best_config.yaml (reads back with ``--config``), torchtitan_args.txt (torchtitan 0.3.0),
     megatron_args.txt, nccl.env, top_k.csv (each candidate with its breakdown), scenario.yaml
-    (the effective scenario after every override). ``top``: (Config, Evaluation) fastest first.
+    (the effective scenario after every override). ``top``: (Config, Evaluation) fastest first;
+    ``measured_s``: each one's time as the study's ``backend`` measured it (the rank follows it).
     Every file is written beside its final name and renamed into place, so a crash leaves either
     the old file or the new one. Returns the paths written."""
     import csv
@@ -130,7 +132,8 @@ def write_launch_dir(out: str, scenario, top: list, command: str) -> list[str]:
     files["best_config.yaml"] = yaml.safe_dump({
         "best_config": cfg.model_dump(), "iteration_time_s": ev.iteration_time_s, "tokens_per_s": ev.tokens_per_s,
         "mfu": ev.mfu, "memory_per_gpu_bytes": ev.memory_per_gpu_bytes, "scenario_key": scenario.key,
-        "config_text": config_text(cfg), "command": command}, sort_keys=False)
+        "config_text": config_text(cfg), "command": command}
+        | ({"measured_iteration_time_s": measured_s[0], "measured_by": backend} if measured_s else {}), sort_keys=False)
     files["torchtitan_args.txt"] = (f"# torchtitan {TORCHTITAN_VERSION}: after --module <model> --config <its config>\n"
                                     + " ".join(torchtitan_args(scenario, cfg)) + "\n")
     margs, mnotes = megatron_args(scenario, cfg)
@@ -142,11 +145,12 @@ def write_launch_dir(out: str, scenario, top: list, command: str) -> list[str]:
     buf = io.StringIO()
     w = csv.writer(buf)
     keys = list(ev.breakdown)
-    w.writerow(["rank", "config", "iteration_time_s", "tokens_per_s", "mfu", "memory_per_gpu_bytes",
-                "xb_bytes_per_step", *keys])
+    w.writerow(["rank", "config", *(["measured_s"] if measured_s else []), "iteration_time_s", "tokens_per_s", "mfu",
+                "memory_per_gpu_bytes", "xb_bytes_per_step", *keys])
     for i, (c, e) in enumerate(top, start=1):
-        w.writerow([i, config_text(c), e.iteration_time_s, e.tokens_per_s, e.mfu, e.memory_per_gpu_bytes,
-                    e.traffic["xb_bytes_per_step"], *(e.breakdown[k] for k in keys)])
+        w.writerow([i, config_text(c), *([measured_s[i - 1]] if measured_s else []), e.iteration_time_s,
+                    e.tokens_per_s, e.mfu, e.memory_per_gpu_bytes, e.traffic["xb_bytes_per_step"],
+                    *(e.breakdown[k] for k in keys)])
     files["top_k.csv"] = buf.getvalue()
     files["scenario.yaml"] = yaml.safe_dump(scenario.model_dump(mode="json"), sort_keys=False)
     written = []

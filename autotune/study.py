@@ -667,7 +667,9 @@ class StudyRunner:
             tracker.log_study(params={"model": self.scenario.model.name, "cluster": self.scenario.cluster.name,
                                       "gpus": self.scenario.n_gpus, "strategy": self.strategy.name,
                                       "seed": self.seed, "backend": self.backend_name,
-                                      "global_batch_seqs": self.scenario.global_batch_seqs})
+                                      "global_batch_seqs": self.scenario.global_batch_seqs,
+                                      "scenario_key": self.scenario.key,
+                                      "network": " | ".join(self.scenario.network_lines())})
             for t in study.trials:   # trials finished before a crash but never logged
                 if t.number in orphaned or (t.state.is_finished() and not _owner_may_still_log(t)):
                     self._track(tracker, t, base)
@@ -846,6 +848,18 @@ class StudyRunner:
         ok = self._feasible(study)
         return min(ok, key=lambda t: t.values[0]) if ok else None
 
+    def _top(self, study, k: int = 10) -> list[dict]:
+        """The k fastest distinct feasible configurations (first objective), fastest first."""
+        seen, out = set(), []
+        for t in sorted(self._feasible(study), key=lambda t: t.values[0]):
+            key = tuple(sorted(t.user_attrs["config"].items()))
+            if key not in seen:
+                seen.add(key)
+                out.append({"config": t.user_attrs["config"], "iteration_time_s": t.values[0], "trial": t.number})
+            if len(out) == k:
+                break
+        return out
+
     def _pareto(self, study) -> list[dict]:
         """Non-dominated feasible trials over all objectives (minimised)."""
         ok = self._feasible(study)
@@ -863,6 +877,9 @@ class StudyRunner:
         best = self._best(study)
         metrics = {}
         with tempfile.TemporaryDirectory() as tmp:
+            p0 = Path(tmp) / "scenario.yaml"     # the effective scenario, every preset, file and --set applied
+            p0.write_text(yaml.safe_dump(self.scenario.model_dump(mode="json"), sort_keys=False))
+            tracker.log_artifact(str(p0))
             if best is not None:
                 p = Path(tmp) / "best_config.yaml"
                 p.write_text(yaml.safe_dump({"best_config": best.user_attrs["config"],
@@ -905,6 +922,7 @@ class StudyRunner:
             "best_config": best.user_attrs["config"] if best else None,
             "best_iteration_time_s": bt if best else None,
             "best_breakdown": best.user_attrs.get("breakdown") if best else None,
+            "top": self._top(study),
             "production_iteration_time_s": prod if math.isfinite(prod) else None,
             "sota_iteration_time_s": sota if math.isfinite(sota) else None,
             "speedup_vs_production": speedup(prod), "speedup_vs_sota": speedup(sota),

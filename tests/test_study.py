@@ -36,7 +36,8 @@ def test_study_contract_tracking_and_baselines(uris):
     assert sorted(int(x.data.tags["autotune.trial"]) for x in runs) == list(range(25))
     parent = MlflowClient(tracking).get_run(r["mlflow_run_id"])
     arts = {a.path for a in MlflowClient(tracking).list_artifacts(r["mlflow_run_id"])}
-    assert {"best_config.yaml", "convergence.png"} <= arts
+    assert {"best_config.yaml", "convergence.png", "scenario.yaml"} <= arts
+    assert parent.data.params["scenario_key"] and "scale_out:" in parent.data.params["network"]
     assert parent.data.metrics["best_iteration_time_s"] == pytest.approx(r["best_iteration_time_s"])
 
 

@@ -58,8 +58,23 @@ def _parse_scalar(text: str):
         return text
 
 
-def apply_override(tree: dict, dotted: str, value) -> None:
-    """Set ``tree[a][b][c] = value`` for ``dotted='a.b.c'``; list indices are integers."""
+def deep_merge(base: dict, over: dict) -> dict:
+    """``over`` merged into a copy of ``base``: mappings merge key by key at every depth; lists and
+    scalars are replaced whole (a building list is one value)."""
+    out = copy.deepcopy(base)
+    for key, val in over.items():
+        if isinstance(val, dict) and isinstance(out.get(key), dict):
+            out[key] = deep_merge(out[key], val)
+        else:
+            out[key] = copy.deepcopy(val)
+    return out
+
+
+def apply_override(tree: dict, dotted: str, value, created: list | None = None) -> None:
+    """Set ``tree[a][b][c] = value`` for ``dotted='a.b.c'``; list indices are integers. A section
+    the tree lacks is created, and its dotted path appended to ``created``; a mapping value merges
+    into an existing mapping (``--set 'cluster.scale_out={latency_s: 1e-5}'`` keeps the other
+    fields)."""
     parts = dotted.split(".")
     node = tree
     for i, key in enumerate(parts[:-1]):
@@ -70,6 +85,8 @@ def apply_override(tree: dict, dotted: str, value) -> None:
             key = int(key)
         elif key not in node or node[key] is None:
             node[key] = {}
+            if created is not None:
+                created.append(".".join(parts[: i + 1]))
         node = node[key]
         if not isinstance(node, (dict, list)):
             raise UserInputError(".".join(parts[: i + 1]), node, f"a section that has a key {nxt!r}")
@@ -78,6 +95,8 @@ def apply_override(tree: dict, dotted: str, value) -> None:
         if not last.isdigit() or int(last) >= len(node):
             raise UserInputError(dotted, last, f"an index below {len(node)}")
         last = int(last)
+    if isinstance(value, dict) and isinstance(node, dict) and isinstance(node.get(last), dict):
+        value = deep_merge(node[last], value)
     node[last] = value
 
 
@@ -100,11 +119,28 @@ def _section(value, kind: str) -> dict:
         value = copy.deepcopy(value)
         base = value.pop("preset", None)
         if base is not None:
-            merged = preset_dict(kind, str(base))
-            merged.update(value)
-            return merged
+            return deep_merge(preset_dict(kind, str(base)), value)
         return value
     raise UserInputError(kind, value, "a preset name or a mapping of fields")
+
+
+TIER_NAMES = ("scale_out", "cross_zone", "cross_building", "cross_region")
+
+
+def _missing_section(exc: ValidationError, created: list[str], tree: dict) -> UserInputError | None:
+    """A --set into a section the preset does not have (``cluster.cross_building.loss_rate`` on a
+    cluster whose buildings are joined by ``cross_region``) fails on the section's required fields;
+    say which section is missing and which ones the preset has instead."""
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err.get("loc", ()))
+        hit = next((c for c in created if loc.startswith(c + ".")), None)
+        if err.get("type") == "missing" and hit is not None:
+            if hit.startswith("cluster.") and hit.split(".")[1] in TIER_NAMES:
+                have = [t for t in TIER_NAMES if isinstance(tree["cluster"].get(t), dict) and f"cluster.{t}" != hit]
+                return UserInputError("--set", hit, f"a tier cluster {tree['cluster'].get('name', 'custom')!r} has "
+                                      f"({', '.join(have)}), or a whole new tier as a mapping with bandwidth_Bps")
+            return UserInputError("--set", hit, f"a section the scenario has, or a whole new one (missing {loc})")
+    return None
 
 
 def read_scenario_file(path: str | Path) -> dict:
@@ -147,14 +183,15 @@ def build_scenario(model=None, cluster=None, gpus=None, global_batch=None, seq_l
     for key, val in (("global_batch_seqs", global_batch), ("seq_len", seq_len), ("precision", precision)):
         if val is not None:
             tree["workload"][key] = val
+    created: list[str] = []
     for key, val in parse_overrides(overrides):
         if key.split(".")[0] not in ("model", "workload", "cluster"):
             raise UserInputError("--set", key, "a key starting with model., workload. or cluster.")
-        apply_override(tree, key, val)
+        apply_override(tree, key, val, created)
     try:
         scen = Scenario.model_validate(tree)
     except ValidationError as e:
-        raise from_pydantic(e) from None
+        raise _missing_section(e, created, tree) or from_pydantic(e) from None
     if gpus is not None:
         scen = scen.model_copy(update={"cluster": scen.cluster.with_total_gpus(int(gpus))})
     return scen

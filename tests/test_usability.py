@@ -1,0 +1,84 @@
+"""Issue 15: overrides that merge deeply, the effective scenario shown, launch folders from study and
+compare, pasteable configurations."""
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from autotune.errors import UserInputError
+from autotune.specs.presets import build_scenario, deep_merge
+
+
+def test_deep_merge_keeps_what_is_not_overridden():
+    base = {"a": {"b": 1, "c": {"d": 2, "e": 3}}, "l": [1, 2]}
+    out = deep_merge(base, {"a": {"c": {"d": 9}}, "l": [7]})
+    assert out == {"a": {"b": 1, "c": {"d": 9, "e": 3}}, "l": [7]}
+    assert base["a"]["c"]["d"] == 2          # the base is not changed
+
+
+def test_scenario_file_on_a_preset_merges_into_its_tiers(tmp_path):
+    f = tmp_path / "s.yaml"
+    f.write_text("model: llama3-8b\ncluster:\n  preset: campus-5bldg\n  cross_building: {loss_rate: 1.0e-5}\n")
+    scen = build_scenario(scenario_file=str(f))
+    ref = build_scenario("llama3-8b", "campus-5bldg")
+    assert scen.cluster.cross_building.loss_rate == 1e-5
+    assert scen.cluster.cross_building.bandwidth_Bps == ref.cluster.cross_building.bandwidth_Bps
+    assert scen.cluster.cross_building.distance_km == ref.cluster.cross_building.distance_km
+
+
+def test_set_with_a_mapping_merges():
+    scen = build_scenario("llama3-8b", "metro-2bldg", overrides=["cluster.cross_building={distance_km: 400}"])
+    ref = build_scenario("llama3-8b", "metro-2bldg")
+    assert scen.cluster.cross_building.distance_km == 400
+    assert scen.cluster.cross_building.oversubscription == ref.cluster.cross_building.oversubscription
+
+
+def test_set_into_a_tier_the_preset_lacks_names_the_tiers_it_has():
+    with pytest.raises(UserInputError) as e:
+        build_scenario("llama3-8b", "region-pair", overrides=["cluster.cross_building.loss_rate=1e-5"])
+    msg = str(e.value)
+    assert "cluster.cross_building" in msg and "cross_region" in msg and "Field required" not in msg
+    ok = build_scenario("llama3-8b", "region-pair", overrides=["cluster.cross_region.loss_rate=1e-4"])
+    assert ok.cluster.cross_region.loss_rate == 1e-4
+
+
+def test_header_shows_the_effective_network(run_cli):
+    r = run_cli("space", "--model", "llama3-8b", "--cluster", "region-pair", "--set",
+                "cluster.cross_region.distance_km=1000", "--json")
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert d["effective_scenario"]["cluster"]["cross_region"]["distance_km"] == 1000
+    assert any(line.startswith("cross_region:") and "1000 km" in line for line in d["network"])
+    h = run_cli("space", "--model", "llama3-8b", "--cluster", "region-pair")
+    assert "cross_region: 50 GB/s per GPU, 1:8" in h.stdout
+
+
+def test_study_out_writes_a_launch_folder_and_pasteable_best(run_cli, tmp_path):
+    out = tmp_path / "launch"
+    r = run_cli("study", "--model", "llama3-8b", "--cluster", "campus-5bldg", "--trials", "8", "--no-tracking",
+                "--storage", f"sqlite:///{tmp_path}/s.db", "--out", str(out), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    best_line = next(line for line in r.stdout.splitlines() if line.startswith("best: "))
+    assert best_line.startswith("best: tp=") and "{" not in best_line
+    best = yaml.safe_load((out / "best_config.yaml").read_text())
+    assert best["measured_by"] == "costmodel"
+    assert best["measured_iteration_time_s"] == pytest.approx(best["iteration_time_s"])
+    rows = (out / "top_k.csv").read_text().splitlines()
+    assert rows[0].startswith("rank,config,measured_s,") and len(rows) >= 2
+    assert yaml.safe_load((out / "scenario.yaml").read_text())["model"]["name"] == "llama3-8b"
+
+
+def test_two_compares_with_other_overrides_keep_their_own_folders(run_cli, tmp_path):
+    outs = []
+    for dist in ("3", "300"):
+        r = run_cli("compare", "--model", "llama3-8b", "--cluster", "campus-5bldg", "--strategies", "random",
+                    "--budget", "5", "--seeds", "1", "--out", str(tmp_path / "cmp"), "--no-tracking", "--json",
+                    "--set", f"cluster.cross_building.distance_km={dist}", cwd=tmp_path)
+        assert r.returncode == 0, r.stderr
+        outs.append(json.loads(r.stdout))
+    assert Path(outs[0]["table"]).parent != Path(outs[1]["table"]).parent
+    for d in outs:
+        folder = Path(d["table"]).parent
+        assert (folder / "best_config.yaml").exists() and (folder / "nccl.env").exists()
+        assert Path(d["table"]).exists() and Path(d["plot"]).exists()
