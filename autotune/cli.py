@@ -130,17 +130,57 @@ def evaluate(config_text, simulate, params_file, as_json, **kw):
 
 @cli.command()
 @scenario_options
+@click.option("--knobs", is_flag=True, help="also list each knob's legal values and the rule that restricts it")
 @click.option("--json", "as_json", is_flag=True)
-def space(as_json, **kw):
+def space(knobs, as_json, **kw):
     """Size of the configuration space and how much of it is legal."""
     from .space import SearchSpace
     scen = _scenario(kw)
-    data = SearchSpace(scen).require_legal().summary() | _header(scen)
+    sp = SearchSpace(scen).require_legal()
+    data = sp.summary() | _header(scen)
+    if knobs:
+        from .describe import knob_values
+        data["knobs"] = knob_values(sp)
 
     def human(d):
         _print_header(d)
         click.echo(f"raw product of knob values: {d['raw_size']:,}")
         click.echo(f"legal configurations:       {d['legal_count']:,} ({100 * d['legal_fraction']:.3f}%)")
+        for name, k in d.get("knobs", {}).items():
+            click.echo(f"  {name:<18} {', '.join(map(str, k['values']))}")
+            if k["rule"]:
+                click.echo(f"  {'':<18} rule: {k['rule']}")
+    _emit(data, as_json, human)
+
+
+@cli.command()
+@click.argument("preset", required=False)
+@click.option("--json", "as_json", is_flag=True)
+def show(preset, as_json):
+    """A preset's numbers (model, cluster or GPU by name); without a name, every preset's name."""
+    from .specs.presets import preset_names
+    if preset is None:
+        data = {k: preset_names(k) for k in ("models", "clusters", "hardware")}
+
+        def human(d):
+            for k, names in d.items():
+                click.echo(f"{k}: {', '.join(names)}")
+        _emit(data, as_json, human)
+        return
+    from .describe import preset_report
+    data = preset_report(preset)
+
+    def human(d):
+        import yaml
+        click.echo(f"{d['kind']} preset {d['name']}")
+        click.echo(yaml.safe_dump(d["spec"], sort_keys=False).rstrip())
+        for k, v in d.get("derived", {}).items():
+            if isinstance(v, list):
+                click.echo(f"{k}:")
+                for line in v:
+                    click.echo(f"  {line}")
+            else:
+                click.echo(f"{k}: {v:,}" if isinstance(v, int) and not isinstance(v, bool) else f"{k}: {v}")
     _emit(data, as_json, human)
 
 

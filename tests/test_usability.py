@@ -82,3 +82,30 @@ def test_two_compares_with_other_overrides_keep_their_own_folders(run_cli, tmp_p
         folder = Path(d["table"]).parent
         assert (folder / "best_config.yaml").exists() and (folder / "nccl.env").exists()
         assert Path(d["table"]).exists() and Path(d["plot"]).exists()
+
+
+def test_show_lists_presets_and_prints_a_cluster_with_its_tiers(run_cli):
+    r = run_cli("show", "--json")
+    assert r.returncode == 0 and "campus-5bldg" in json.loads(r.stdout)["clusters"]
+    c = run_cli("show", "region-pair", "--json")
+    d = json.loads(c.stdout)
+    assert d["kind"] == "cluster" and d["derived"]["n_gpus"] == 8192
+    assert any(line.startswith("cross_region:") for line in d["derived"]["network"])
+    m = json.loads(run_cli("show", "llama4-maverick", "--json").stdout)
+    assert m["derived"]["is_moe"] and m["derived"]["active_params"] < m["derived"]["total_params"]
+
+
+def test_show_unknown_preset_is_one_line(run_cli):
+    r = run_cli("show", "llama5-9000")
+    assert r.returncode == 2 and r.stdout == ""
+    err = r.stderr.strip()
+    assert "\n" not in err and "llama5-9000" in err and "llama3-405b" in err and "campus-5bldg" in err
+
+
+def test_space_knobs_lists_legal_values_with_their_rules(run_cli):
+    r = run_cli("space", "--model", "llama3-8b", "--cluster", "single-building", "--knobs", "--json")
+    d = json.loads(r.stdout)["knobs"]
+    assert d["tp"]["values"] == [1, 2, 4, 8] and "NVLink" in d["tp"]["rule"]
+    assert d["ep"]["values"] == [1]                                   # dense model
+    assert d["xb_load_balancing"]["values"] == ["ecmp"]               # one building: the transport knobs do nothing
+    assert "pp_out" not in d["placement"]["values"]

@@ -122,6 +122,18 @@ class ClusterSpec(BaseModel):
             return self.cross_region
         return self.cross_building
 
+    def network_lines(self) -> list[str]:
+        """One line per network tier as the cost model reads it (per-GPU bandwidth, oversubscription,
+        one-way latency with fibre, loss), NVLink first: what the printed header shows."""
+        g = self.buildings[0].gpu
+        out = [f"nvlink: {g.nvlink_domain_gpus} GPUs x {g.nvlink_bandwidth_Bps / 1e9:g} GB/s"]
+        for name in ("scale_out", "cross_zone", "cross_building", "cross_region"):
+            t = getattr(self, name)
+            if t is not None:
+                out.append(f"{name}: {t.bandwidth_Bps / 1e9:g} GB/s per GPU, 1:{t.oversubscription:g}, "
+                           f"{t.one_way_latency_s * 1e6:g} us one way ({t.distance_km:g} km), loss {t.loss_rate:g}")
+        return out
+
     def with_total_gpus(self, n: int) -> "ClusterSpec":
         """Same cluster with ``n`` GPUs split evenly over its buildings."""
         from ..errors import UserInputError

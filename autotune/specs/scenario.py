@@ -66,16 +66,7 @@ class Scenario(BaseModel):
         return new
 
     def network_lines(self) -> list[str]:
-        """One line per network tier as the cost model reads it (per-GPU bandwidth, oversubscription,
-        one-way latency with fibre, loss), NVLink first: what the printed header shows."""
-        g = self.cluster.buildings[0].gpu
-        out = [f"nvlink: {g.nvlink_domain_gpus} GPUs x {g.nvlink_bandwidth_Bps / 1e9:g} GB/s"]
-        for name in ("scale_out", "cross_zone", "cross_building", "cross_region"):
-            t = getattr(self.cluster, name)
-            if t is not None:
-                out.append(f"{name}: {t.bandwidth_Bps / 1e9:g} GB/s per GPU, 1:{t.oversubscription:g}, "
-                           f"{t.one_way_latency_s * 1e6:g} us one way ({t.distance_km:g} km), loss {t.loss_rate:g}")
-        return out
+        return self.cluster.network_lines()
 
     def summary(self) -> dict:
         return {"model": self.model.name, "cluster": self.cluster.name, "gpus": self.n_gpus,
