@@ -22,3 +22,17 @@ def __getattr__(name):
 
 def __dir__():
     return sorted(set(globals()) | set(__all__))
+
+
+def _register_envs() -> None:
+    """Register ``autotune/ScaleAcross-v0`` with gymnasium's registry when gymnasium is installed
+    (the ``rl`` extra). The entry point is a string: the environment module loads on first make."""
+    import importlib.util
+    if importlib.util.find_spec("gymnasium") is None:
+        return
+    import gymnasium
+    if "autotune/ScaleAcross-v0" not in gymnasium.registry:
+        gymnasium.register(id="autotune/ScaleAcross-v0", entry_point="autotune.envs.scale_across:ScaleAcrossEnv")
+
+
+_register_envs()

@@ -409,7 +409,8 @@ def worker(study_name, storage, trials, seed, strategy, objectives, infeasible, 
                          tracking_uri=tracking_uri, seed=seed if seed is not None else os.getpid(),
                          backend=backend, backend_options=_backend_options(backend_options) or None,
                          trial_timeout_s=trial_timeout, track=not no_tracking, infeasible=infeasible,
-                         objectives=_objectives(objectives), join=True)
+                         objectives=_objectives(objectives), join=True,
+                         progress=not as_json and sys.stderr.isatty())
     _emit(runner.run(), as_json, _print_study)
 
 
@@ -468,6 +469,9 @@ def validate(runs, fit, write_path, loso, jobs, params_file, as_json):
     from .validation import validate as run_validation
     if jobs < 0:
         raise UserInputError("--jobs", jobs, "0 (one per CPU) or a positive number of processes")
+    if fit or loso:
+        from .extras import require
+        require("fit", "--loso" if loso else "--fit", True)
     if runs == "reserved":
         if fit or loso:
             raise UserInputError("--runs", runs, "scored only: the reserved runs are the independent check that "
@@ -565,6 +569,9 @@ def kernels(data_path, fit, as_json):
     """The cost model's kernel terms (GEMM, expert GEMM, attention, memory-bound, whole layers)
     against kernels measured on one H100, per kind."""
     from .kernelcheck import run as run_kernels
+    if fit:
+        from .extras import require
+        require("fit", "--fit", True)
     data = run_kernels(data_path, fit)
 
     def table(title, section):
@@ -620,6 +627,8 @@ def calibrate(backend, backend_options, xb_mbit, n_configs, holdout, seed, out_p
     from .backends import get_backend
     from .calibrate import calibrate as run_calibration
     from .calibrate import write_scenario
+    from .extras import require
+    require("fit", "autotune calibrate", "(fits the network parameters)")
     scen = _scenario(kw)
     try:
         rates = [float(x) for x in xb_mbit.split(",") if x.strip()]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -107,6 +108,9 @@ def run_compare(scenario: Scenario, strategies, budget: int, seeds: int, out_dir
     for s in strategies:
         make_strategy(s) if s != "ppo" else None     # unknown names fail before any work
     SearchSpace(scenario).require_legal()           # before anything is written
+    if track:
+        from .extras import require
+        require("tracking", "--tracking-uri", tracking_uri or "(default)", "--no-tracking")
     from .launch import check_out_dir
     check_out_dir(str(out_dir))
     # one folder (and one MLflow run) per invocation: the scenario's key and the comparison's own
@@ -115,12 +119,15 @@ def run_compare(scenario: Scenario, strategies, budget: int, seeds: int, out_dir
             f"-b{budget}-s{seeds}" + ("-warm" if seed_baselines else ""))
     out = Path(out_dir) / stem
     check_out_dir(str(out))
+    say = (lambda text: print(f"compare: {text}", file=sys.stderr, flush=True)) if progress else (lambda text: None)
+    say("exhaustive optimum of the space (the reference every strategy is judged against) ...")
     opt = exhaustive_optimum(scenario, Path(out_dir))
+    say("measuring the baselines ...")
+    base = baselines_of(scenario, ("production", "sota") if seed_baselines else ("production",))
     bar = None
     if progress:
         from tqdm import tqdm
         bar = tqdm(total=len(strategies) * seeds, desc="compare", unit="run")
-    base = baselines_of(scenario, ("production", "sota") if seed_baselines else ("production",))
     results = {s: run_strategy_curves(scenario, s, budget, seeds, opt["optimum_s"],
                                       bar.update if bar else None, (strategy_options or {}).get(s),
                                       seed_baselines=seed_baselines, known_baselines=base)

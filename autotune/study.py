@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import importlib.util
 import math
 import os
 import socket
@@ -87,7 +88,12 @@ def _tune_sqlite() -> None:
 
 
 def _driver_url(url: str) -> str:
-    """``postgresql://`` means psycopg2 to SQLAlchemy; autotune ships psycopg 3."""
+    """``postgresql://`` means psycopg2 to SQLAlchemy; autotune's postgres extra ships psycopg 3."""
+    if url.startswith(("postgresql", "postgres://")):
+        from .extras import missing
+        if missing("postgres") and importlib.util.find_spec("psycopg2") is None:
+            from .extras import require
+            require("postgres", "--storage", mask_uri(url))
     if url.startswith(("postgresql://", "postgres://")):
         try:
             import psycopg2  # noqa: F401
@@ -520,6 +526,9 @@ class StudyRunner:
                               masked=tuple(new_masked))
         self.trial_timeout_s = trial_timeout_s
         self.track = track
+        if track:
+            from .extras import require
+            require("tracking", "--tracking-uri", mask_uri(self.tracking_uri), "--no-tracking")
         self.seed_baselines = seed_baselines
         self.progress = progress
         self.space = SearchSpace(scenario).require_legal()
@@ -647,11 +656,19 @@ class StudyRunner:
         return out
 
     # ------------------------------------------------------------------ run
+    def _say(self, text: str) -> None:
+        """A phase line on stderr while progress is shown (the silent seconds before the first trial)."""
+        if self.progress:
+            import sys
+            print(f"{self.study_name}: {text}", file=sys.stderr, flush=True)
+
     def run(self) -> dict:
         t0 = time.perf_counter()
+        self._say(f"opening the study in {mask_uri(self.storage_url)}")
         study = self._open_study()
         tracker = None
         if self.track:      # connect before any expensive work: a bad URI fails fast
+            self._say(f"connecting to MLflow at {mask_uri(self.tracking_uri)}")
             tracker = Tracker(self.tracking_uri, self.study_name, self.storage_url,
                               tags={"autotune.strategy": self.strategy.name, "autotune.scenario_key": self.scenario.key})
         # a trial this worker fails as orphaned is this worker's to log: its runner, if it was in
@@ -660,7 +677,11 @@ class StudyRunner:
         # interrupted trials are failed but do not use up the budget: the resumed study still
         # reaches the number of finished trials it was asked for
         n_interrupted = sum(map(_interrupted, study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.FAIL,))))
+        if "baselines" not in study.user_attrs and self.known_baselines is None:
+            self._say(f"measuring the baselines ({', '.join(self.baseline_names)}; sota searches the "
+                      f"network-oblivious space of {self.space.legal_count():,} configurations) with {self.backend_name}")
         base = self._baselines(study)
+        self._say(f"starting {self.strategy.name}: {len(study.trials)} trials stored, {self.trials} wanted")
         self.strategy.study = study      # its progress is the study's (a resume or worker continues it)
         self.strategy.bind(self.space, self.encoding, self.seed + len(study.trials))
         if tracker is not None:

@@ -16,10 +16,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from agents.ppo import DEFAULT_POLICY, load, propose, train
+from autotune.agents.ppo import DEFAULT_POLICY, load, propose, train
 from autotune.costmodel import evaluate
 from autotune.strategies.exhaustive import exhaustive_search
-from envs.design_points import DesignPointSet
+from autotune.envs.design_points import DesignPointSet
 
 
 def main():
@@ -29,12 +29,15 @@ def main():
     ap.add_argument("--test-points", type=int, default=8)
     ap.add_argument("--samples", type=int, default=16, help="policy samples for the refined figure")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--policy", default=str(DEFAULT_POLICY))
+    ap.add_argument("--policy", default=None, help="the policy to train and score (default: train into "
+                    "experiments/out/ppo_scale_across.zip; with --skip-train, score the shipped one)")
     ap.add_argument("--skip-train", action="store_true")
     ap.add_argument("--out", default="experiments/out/ppo_zero_shot.json")
     a = ap.parse_args()
     torch.set_num_threads(1)
     card = None
+    if a.policy is None:
+        a.policy = str(DEFAULT_POLICY if a.skip_train else Path("experiments/out/ppo_scale_across.zip"))
     if not a.skip_train:
         card = train(a.steps, a.train_points, a.seed, Path(a.policy))
     model = load(a.policy)

@@ -4,8 +4,8 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 from stable_baselines3.common.env_checker import check_env as sb3_check_env
 
-import envs  # noqa: F401  (registers autotune/ScaleAcross-v0)
-from envs.design_points import DesignPointSet
+import autotune  # noqa: F401  (registers autotune/ScaleAcross-v0)
+from autotune.envs.design_points import DesignPointSet
 
 
 @pytest.fixture(scope="module")

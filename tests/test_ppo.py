@@ -7,7 +7,7 @@ from autotune.study import StudyRunner
 
 @pytest.mark.slow
 def test_ppo_train_save_load_propose_and_study(tmp_path):
-    from agents.ppo import load, point_for, propose, train
+    from autotune.agents.ppo import load, point_for, propose, train
     policy = tmp_path / "ppo.zip"
     card = train(total_steps=2048, n_points=2, seed=0, out=policy)
     assert policy.exists() and card["train_s"] > 0

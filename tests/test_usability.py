@@ -109,3 +109,57 @@ def test_space_knobs_lists_legal_values_with_their_rules(run_cli):
     assert d["ep"]["values"] == [1]                                   # dense model
     assert d["xb_load_balancing"]["values"] == ["ecmp"]               # one building: the transport knobs do nothing
     assert "pp_out" not in d["placement"]["values"]
+
+
+def test_environment_registers_from_the_library_namespace():
+    """In a fresh interpreter, ``import autotune`` alone makes the environment available to
+    gymnasium.make; the top-level envs/agents folders are shims that are not installed."""
+    import subprocess
+    import sys
+    code = ("import autotune, gymnasium; env = gymnasium.make('autotune/ScaleAcross-v0').unwrapped; "
+            "print(type(env).__module__)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd="/")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "autotune.envs.scale_across"
+    import tomllib
+    meta = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
+    assert meta["tool"]["setuptools"]["packages"]["find"]["include"] == ["autotune*"]
+
+
+def test_shims_are_the_same_modules():
+    import agents.ppo
+    import envs.scale_across
+
+    import autotune.agents.ppo
+    import autotune.envs.scale_across
+    assert envs.scale_across is autotune.envs.scale_across
+    assert agents.ppo is autotune.agents.ppo
+
+
+def test_missing_policy_names_a_command_that_exists():
+    from autotune.agents.ppo import load
+    with pytest.raises(UserInputError) as e:
+        load(Path("/nonexistent/policy.zip"))
+    assert "python -m autotune.agents.ppo" in str(e.value)
+
+
+def test_training_writes_under_the_working_directory_by_default():
+    from autotune.agents.ppo import DEFAULT_POLICY, TRAIN_OUT
+    assert not TRAIN_OUT.is_absolute() and TRAIN_OUT.resolve() != DEFAULT_POLICY.resolve()
+
+
+def test_study_says_what_it_does_before_the_first_trial(capsys, tmp_path):
+    from autotune.study import StudyRunner
+    scen = build_scenario("llama3-8b", "campus-5bldg")
+    StudyRunner(scen, strategy="random", trials=3, storage=f"sqlite:///{tmp_path}/s.db", track=False,
+                progress=True).run()
+    err = capsys.readouterr().err
+    for phase in ("opening the study", "measuring the baselines", "starting random"):
+        assert phase in err
+
+
+def test_evaluate_simulate_announces_the_simulation(run_cli):
+    r = run_cli("evaluate", "--model", "llama3-8b", "--cluster", "campus-5bldg", "--config",
+                "tp=8,pp=2,placement=dp_out,dp_flavour=zero1,pp_schedule=1f1b", "--global-batch", "2560", "--simulate")
+    assert r.returncode == 0, r.stderr
+    assert "simulating every micro-batch" in r.stderr and "simulated iteration" in r.stdout

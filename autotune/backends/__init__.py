@@ -86,6 +86,9 @@ def get_backend(name: str, **options) -> Backend:
     if name not in found:
         raise UserInputError("--backend", name, "one of " + ", ".join(sorted(found)))
     target = found[name]
+    if name == "local-torch":
+        from ..extras import require
+        require("workloads", "--backend", name)
     if not isinstance(target, type) and hasattr(target, "load"):
         target = target.load()
     try:

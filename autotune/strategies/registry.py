@@ -10,6 +10,11 @@ NAMES = ("random", "exhaustive", "production", "sota", "ppo") + OPTUNA
 
 
 def make_strategy(name: str, **options):
+    from ..extras import require
+    if name == "gp":                 # Optuna's GPSampler runs on torch and scipy
+        require("gp", "--strategy", name)
+    if name == "ppo":
+        require("rl", "--strategy", name)
     if name in OPTUNA:
         return OptunaStrategy(name=name, **options)
     if name == "random":
@@ -19,6 +24,6 @@ def make_strategy(name: str, **options):
     if name in ("production", "sota"):
         return FixedStrategy(name=name)
     if name == "ppo":
-        from agents.ppo_strategy import PPOStrategy
+        from ..agents.ppo_strategy import PPOStrategy
         return PPOStrategy(**options)
     raise UserInputError("--strategy", name, "one of " + ", ".join(NAMES))

@@ -34,11 +34,24 @@ def _architecture(c: RunCase) -> tuple:
             m.activation)
 
 
+def average_ranks(x) -> np.ndarray:
+    """Ranks 1..n with ties sharing their mean rank (scipy.stats.rankdata's 'average' method,
+    written out so that scoring needs no scipy)."""
+    x = np.asarray(x, dtype=float)
+    order = np.argsort(x, kind="mergesort")
+    xs = x[order]
+    start = np.flatnonzero(np.r_[True, xs[1:] != xs[:-1]])       # first index of each run of equal values
+    end = np.r_[start[1:], len(xs)]
+    mean_rank = (start + end + 1) / 2.0                            # mean of the 1-based ranks start+1 .. end
+    ranks = np.empty(len(x))
+    ranks[order] = np.repeat(mean_rank, end - start)
+    return ranks
+
+
 def spearman(x, y) -> float | None:
     """Spearman's rho (Pearson correlation of average ranks; ties share their mean rank).
     None when either side is constant (the correlation is undefined)."""
-    from scipy.stats import rankdata
-    rx, ry = rankdata(np.asarray(x, dtype=float)), rankdata(np.asarray(y, dtype=float))
+    rx, ry = average_ranks(x), average_ranks(y)
     if len(rx) < 2 or np.ptp(rx) == 0 or np.ptp(ry) == 0:
         return None
     return float(np.corrcoef(rx, ry)[0, 1])

@@ -1,6 +1,6 @@
 """PPO across design points, read top to bottom (CleanRL spirit, sb3-contrib MaskablePPO).
 
-1. Build a training set of design points (envs.design_points) and the one-step environment.
+1. Build a training set of design points (autotune.envs.design_points) and the one-step environment.
 2. Train MaskablePPO on it: each episode is one design point, one configuration, one reward
    (log speedup over the production configuration).
 3. Save the policy (zip) next to a small JSON card (training cost, design points seen).
@@ -14,13 +14,17 @@ import time
 from pathlib import Path
 
 
-from envs.design_points import DesignPointSet, make_point
-from envs.scale_across import ACTION_SIZES, ScaleAcrossEnv
+from autotune.envs.design_points import DesignPointSet, make_point
+from autotune.envs.scale_across import ACTION_SIZES, ScaleAcrossEnv
 
 DEFAULT_POLICY = Path(__file__).resolve().parent / "policies" / "ppo_scale_across.zip"
+"""The shipped policy (package data, read only): what the ``ppo`` strategy loads by default."""
+TRAIN_OUT = Path("ppo-policy") / "ppo_scale_across.zip"
+"""Where training writes by default: under the current directory, never into the installed package
+(to ship a new policy, copy it over DEFAULT_POLICY in a source checkout)."""
 
 
-def train(total_steps: int = 60_000, n_points: int = 24, seed: int = 0, out: Path = DEFAULT_POLICY,
+def train(total_steps: int = 60_000, n_points: int = 24, seed: int = 0, out: Path = TRAIN_OUT,
           verbose: int = 0) -> dict:
     from sb3_contrib import MaskablePPO
     t0 = time.perf_counter()
@@ -46,7 +50,7 @@ def load(path: Path = DEFAULT_POLICY):
     p = Path(path)
     if not p.exists():
         from autotune.errors import UserInputError
-        raise UserInputError("--policy", str(p), "a trained policy file (python -m agents.train)")
+        raise UserInputError("--policy", str(p), "a trained policy file (python -m autotune.agents.ppo --out FILE trains one)")
     return MaskablePPO.load(p, device="cpu")
 
 
@@ -72,7 +76,7 @@ def point_for(scenario):
     return make_point(scenario)
 
 
-__all__ = ["ACTION_SIZES", "DEFAULT_POLICY", "load", "point_for", "propose", "train"]
+__all__ = ["ACTION_SIZES", "DEFAULT_POLICY", "TRAIN_OUT", "load", "point_for", "propose", "train"]
 
 
 if __name__ == "__main__":
@@ -81,7 +85,7 @@ if __name__ == "__main__":
     ap.add_argument("--steps", type=int, default=60_000)
     ap.add_argument("--points", type=int, default=24)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--out", default=str(DEFAULT_POLICY))
+    ap.add_argument("--out", default=str(TRAIN_OUT))
     a = ap.parse_args()
     print(json.dumps({k: v for k, v in train(a.steps, a.points, a.seed, Path(a.out), verbose=0).items()
                       if k != "train_scenarios"}, indent=2))

@@ -16,8 +16,8 @@ class PPOStrategy(Strategy):
         super().bind(space, encoding, seed)
         import numpy as np
 
-        from envs.design_points import make_point
-        from envs.scale_across import ScaleAcrossEnv
+        from autotune.envs.design_points import make_point
+        from autotune.envs.scale_across import ScaleAcrossEnv
 
         from .ppo import DEFAULT_POLICY, load
         self._model = load(self.policy or DEFAULT_POLICY)
