@@ -9,7 +9,7 @@ are reported as such.
 """
 from __future__ import annotations
 
-from .backends.command import TORCHTITAN_VERSION, torchtitan_args
+from .backends.command import TORCHTITAN_VERSION, torchtitan_args, torchtitan_notes
 from .specs.config import Config
 
 _ALGO = {"nccl_auto": None, "ring": "Ring", "tree": "Tree", "hierarchical": None}
@@ -135,7 +135,8 @@ def write_launch_dir(out: str, scenario, top: list, command: str, measured_s: li
         "config_text": config_text(cfg), "command": command}
         | ({"measured_iteration_time_s": measured_s[0], "measured_by": backend} if measured_s else {}), sort_keys=False)
     files["torchtitan_args.txt"] = (f"# torchtitan {TORCHTITAN_VERSION}: after --module <model> --config <its config>\n"
-                                    + " ".join(torchtitan_args(scenario, cfg)) + "\n")
+                                    + " ".join(torchtitan_args(scenario, cfg)) + "\n"
+                                    + "".join(f"# note: {n}\n" for n in torchtitan_notes(scenario, cfg)))
     margs, mnotes = megatron_args(scenario, cfg)
     files["megatron_args.txt"] = (f"# Megatron-LM (option names as of commit {MEGATRON_COMMIT[:12]})\n"
                                   + " \\\n".join(margs) + "\n" + "".join(f"# note: {n}\n" for n in mnotes))

@@ -29,6 +29,8 @@ def main():
     ap.add_argument("--test-points", type=int, default=8)
     ap.add_argument("--samples", type=int, default=16, help="policy samples for the refined figure")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--test-seed", type=int, default=None, help="seed of the unseen design points (default: --seed); "
+                    "another value gives a validation set for choosing between trained policies")
     ap.add_argument("--policy", default=None, help="the policy to train and score (default: train into "
                     "experiments/out/ppo_scale_across.zip; with --skip-train, score the shipped one)")
     ap.add_argument("--skip-train", action="store_true")
@@ -41,7 +43,7 @@ def main():
     if not a.skip_train:
         card = train(a.steps, a.train_points, a.seed, Path(a.policy))
     model = load(a.policy)
-    test = DesignPointSet(a.test_points, "test", a.seed)
+    test = DesignPointSet(a.test_points, "test", a.seed if a.test_seed is None else a.test_seed)
     rows = []
     for p in test.points:
         t0 = time.perf_counter()

@@ -49,8 +49,15 @@ torchtitan option                                  from the configuration
 ``--training.local_batch_size``                    pp > 1: global batch / dp (cut into micro-batches);
                                                    pp = 1: micro_batch (gradients accumulate to the global batch)
 ``--training.global_batch_size``, ``--training.seq_len``   the scenario's
+``--parallelism.pipeline_parallel_layers_per_stage``  pp_chunks > 2: the layers per virtual stage (with
+(and ``..._first/last_stage_less_layers``)           the two weights) that give pp x pp_chunks stages
+``--training.disable_cuda_graphs``                 pp > 1 or ep > 1 (torchtitan refuses CUDA graphs there)
 ``activation-checkpoint:{none,selective,full}``    recompute (a tyro subcommand, last on the line)
 =================================================  ===============================================
+
+``tests/test_torchtitan_parser.py`` installs torchtitan 0.3.0 and parses these options with its
+own ``ConfigManager``. What the options cannot say is printed as notes (``torchtitan_notes``):
+zb1p / zb2p with one stage per rank, and chunk counts no layers-per-stage value gives.
 
 torchtitan has no ZeRO-1 mode of its own (FSDP with ``reshard_after_forward`` never is the
 nearest); placement and transport knobs have no torchtitan option: pass them to your launcher
@@ -132,6 +139,42 @@ def torchtitan_fields(scenario, config) -> dict:
     return dict(zip(TORCHTITAN_OPTIONS, values))
 
 
+def _virtual_stage_fields(n_layers: int, pp: int, chunks: int) -> dict:
+    """torchtitan's split into ``pp * chunks`` virtual stages. Without options it runs 2 stages per
+    rank for a multi-stage schedule (pipeline_parallel.py: ``stages_per_rank = 2``) and counts
+    ``ceil((layers + first_less + last_less) / layers_per_stage)`` stages when
+    ``pipeline_parallel_layers_per_stage`` is given; pick the weights (0 or 1 layer's worth for the
+    embedding and the output, preferring 0, which is the model's equal split) and the layers per
+    stage that give exactly ``pp * chunks``. Empty when the default already does, or when no
+    choice does (then the schedule runs torchtitan's default split)."""
+    if pp == 1 or chunks == 1 or chunks == 2:
+        return {}
+    n = pp * chunks
+    for first, last in ((0, 0), (1, 0), (0, 1), (1, 1)):
+        total = n_layers + first + last
+        for lps in range(1, total + 1):
+            if -(-total // lps) == n:
+                return {"parallelism.pipeline_parallel_first_stage_less_layers": first,
+                        "parallelism.pipeline_parallel_last_stage_less_layers": last,
+                        "parallelism.pipeline_parallel_layers_per_stage": lps}
+    return {}
+
+
+def torchtitan_notes(scenario, config) -> list[str]:
+    """What torchtitan's options cannot say about the configuration (printed with the options)."""
+    notes = []
+    if config.pp > 1 and config.pp_schedule in ("zb1p", "zb2p") and config.pp_chunks == 1:
+        notes.append(f"pp_schedule={config.pp_schedule}: torchtitan runs zero-bubble schedules as "
+                     "InterleavedZeroBubble with at least 2 stages per rank (it runs 2 here); one stage per rank, "
+                     "as priced, needs torch.distributed.pipelining directly (as autotune/workloads does)")
+    if config.pp > 1 and config.pp_chunks > 2 and not _virtual_stage_fields(scenario.model.n_layers, config.pp,
+                                                                           config.pp_chunks):
+        notes.append(f"{scenario.model.n_layers} layers cannot be cut into {config.pp} x {config.pp_chunks} "
+                     "virtual stages with pipeline_parallel_layers_per_stage: set "
+                     "parallelism.module_fqns_per_model_part by hand (else torchtitan runs 2 stages per rank)")
+    return notes
+
+
 def torchtitan_args(scenario, config) -> list[str]:
     """torchtitan 0.3.0 command-line options for the configuration and the scenario's batch (the
     module docstring's table); the recompute setting is a subcommand, so it comes last."""
@@ -146,7 +189,13 @@ def torchtitan_args(scenario, config) -> list[str]:
     local = scenario.global_batch_seqs // config.dp if config.pp > 1 else config.micro_batch
     tt |= {"training.local_batch_size": local,
            "training.global_batch_size": scenario.global_batch_seqs, "training.seq_len": scenario.seq_len}
-    return [f"--{k}={v}" for k, v in tt.items()] + [f"activation-checkpoint:{mode}"]
+    tt |= _virtual_stage_fields(scenario.model.n_layers, config.pp, config.pp_chunks)
+    flags = []
+    if config.pp > 1 or config.ep > 1:
+        # torchtitan 0.3.0's Trainer.Config._validate_cuda_graphs refuses CUDA graphs with pipeline
+        # parallelism, and with most expert-parallel token dispatchers; the model prices no CUDA graphs
+        flags.append("--training.disable_cuda_graphs")
+    return [f"--{k}={v}" for k, v in tt.items()] + flags + [f"activation-checkpoint:{mode}"]
 
 
 def parse_result(stdout: str) -> dict | None:
