@@ -116,11 +116,12 @@ def test_environment_registers_from_the_library_namespace():
     gymnasium.make; the top-level envs/agents folders are shims that are not installed."""
     import subprocess
     import sys
-    code = ("import autotune, gymnasium; env = gymnasium.make('autotune/ScaleAcross-v0').unwrapped; "
-            "print(type(env).__module__)")
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd="/")
-    assert r.returncode == 0, r.stderr
-    assert r.stdout.strip() == "autotune.envs.scale_across"
+    for first in ("import autotune, sys; assert 'gymnasium' not in sys.modules; import gymnasium",
+                  "import gymnasium, autotune"):       # import autotune alone does not load gymnasium
+        code = first + "; env = gymnasium.make('autotune/ScaleAcross-v0').unwrapped; print(type(env).__module__)"
+        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd="/")
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.strip() == "autotune.envs.scale_across"
     import tomllib
     meta = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
     assert meta["tool"]["setuptools"]["packages"]["find"]["include"] == ["autotune*"]
