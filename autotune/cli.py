@@ -328,19 +328,26 @@ def _objectives(text):
 @click.option("--out", "out_dir", default=None,
               help="folder for the launch files of the best configuration and the top 10 (as `search --out`; the "
                    "breakdowns are the cost model's, the rank and measured_s the backend's)")
+@params_option
 @_study_options
-def study(strategy, seed, out_dir, trials, storage, study_name, tracking_uri, backend, backend_options, trial_timeout,
+def study(strategy, seed, out_dir, params_file, trials, storage, study_name, tracking_uri, backend, backend_options, trial_timeout,
           no_tracking, objectives, infeasible, as_json, **kw):
     """Run or resume a tuning study; every trial goes to the storage and to MLflow.
 
     A resume (an existing --study-name) uses the study's stored options for those it is not
     given (the scenario too), and refuses one given with another value."""
     from .study import StudyRunner
+    backend_options = _backend_options(backend_options)
+    if params_file is not None:
+        if _given("backend") and backend != "costmodel":
+            raise UserInputError("--params", params_file, "only with --backend costmodel (a real backend measures)")
+        _params(params_file)                               # a bad file fails here, before anything is written
+        backend_options["params"] = params_file
     scen = _scenario_or_stored(kw, study_name)
     runner = StudyRunner(scen, strategy=strategy if _given("strategy") else None, trials=trials, storage=storage,
                          study_name=study_name, tracking_uri=tracking_uri, seed=seed,
                          backend=backend if _given("backend") else None,
-                         backend_options=_backend_options(backend_options) or None, trial_timeout_s=trial_timeout,
+                         backend_options=backend_options or None, trial_timeout_s=trial_timeout,
                          track=not no_tracking, progress=not as_json and sys.stderr.isatty(),
                          infeasible=infeasible if _given("infeasible") else None,
                          objectives=_objectives(objectives) if _given("objectives") else None)
@@ -353,8 +360,9 @@ def study(strategy, seed, out_dir, trials, storage, study_name, tracking_uri, ba
         from .launch import write_launch_dir
         from .specs.config import Config
         top = [Config(**t["config"]) for t in data["top"]]
-        data["files"] = write_launch_dir(out_dir, runner.scenario, [(c, evaluate_one(runner.scenario, c, check=False))
-                                                                    for c in top],
+        params = _params(params_file)
+        data["files"] = write_launch_dir(out_dir, runner.scenario, [(c, evaluate_one(runner.scenario, c, params,
+                                                                                     check=False)) for c in top],
                                          "autotune study " + " ".join(sys.argv[2:]),
                                          measured_s=[t["iteration_time_s"] for t in data["top"]],
                                          backend=runner.backend_name)
@@ -423,10 +431,11 @@ def worker(study_name, storage, trials, seed, strategy, objectives, infeasible, 
               help="parent folder: each comparison writes its own subfolder (table, PNG, JSON and the launch files of "
                    "the exhaustive optimum)")
 @click.option("--seed-baselines", is_flag=True, help="start every study from production and sota (as `study` does)")
+@params_option
 @click.option("--tracking-uri", "tracking_uri", default=None)
 @click.option("--no-tracking", is_flag=True)
 @click.option("--json", "as_json", is_flag=True)
-def compare(strategies, budget, seeds, out_dir, seed_baselines, tracking_uri, no_tracking, as_json, **kw):
+def compare(strategies, budget, seeds, out_dir, seed_baselines, params_file, tracking_uri, no_tracking, as_json, **kw):
     """Strategies x seeds at a fixed budget, judged against the exhaustive optimum."""
     from .compare import run_compare
     if budget <= 0:
@@ -436,7 +445,8 @@ def compare(strategies, budget, seeds, out_dir, seed_baselines, tracking_uri, no
     scen = _scenario(kw)
     data = run_compare(scen, [s.strip() for s in strategies.split(",") if s.strip()], budget, seeds, out_dir,
                        tracking_uri=None if no_tracking else tracking_uri, track=not no_tracking,
-                       progress=not as_json and sys.stderr.isatty(), seed_baselines=seed_baselines)
+                       progress=not as_json and sys.stderr.isatty(), seed_baselines=seed_baselines,
+                       params_file=params_file)
 
     def human(d):
         click.echo(f"{d['scenario']['model']} x {d['scenario']['cluster']}: exhaustive optimum "

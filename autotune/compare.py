@@ -16,11 +16,14 @@ from .specs import Scenario
 from .strategies.exhaustive import exhaustive_search
 
 
-def exhaustive_optimum(scenario: Scenario, cache_dir: Path | None = None) -> dict:
-    f = cache_dir / f"optimum-{scenario.key}.json" if cache_dir else None
+def exhaustive_optimum(scenario: Scenario, cache_dir: Path | None = None, params=None) -> dict:
+    """The exact optimum under ``params`` (default: the shipped calibration), cached per scenario
+    and parameter values."""
+    tag = "" if params is None else "-" + params.key()
+    f = cache_dir / f"optimum-{scenario.key}{tag}.json" if cache_dir else None
     if f is not None and f.exists():
         return json.loads(f.read_text())
-    res = exhaustive_search(SearchSpace(scenario).require_legal())
+    res = exhaustive_search(SearchSpace(scenario).require_legal(), params)
     out = {"optimum_s": res.best_iteration_time_s, "legal_count": res.legal_count,
            "best_config": res.best_config.model_dump(), "elapsed_s": res.elapsed_s}
     if f is not None:
@@ -40,10 +43,12 @@ def _median_or_none(xs):
     return None if math.isinf(m) else m
 
 
-def baselines_of(scenario: Scenario, names=("production", "sota")) -> dict:
-    """Baseline configurations and their cost-model times, computed once per comparison."""
+def baselines_of(scenario: Scenario, names=("production", "sota"), params=None) -> dict:
+    """Baseline configurations and their cost-model times (under ``params``), computed once per comparison."""
+    from .backends import CostModelBackend
     from .baselines import measure_baselines
-    return measure_baselines(scenario, SearchSpace(scenario), names)
+    backend = CostModelBackend(params)
+    return measure_baselines(scenario, SearchSpace(scenario), names, lambda cfg: backend.measure(scenario, cfg))
 
 
 def run_strategy_curves(scenario: Scenario, strategy: str, budget: int, seeds: int, optimum: float,
@@ -103,7 +108,10 @@ def plot_curves(results: dict, optimum: float, path: Path, title: str):
 
 def run_compare(scenario: Scenario, strategies, budget: int, seeds: int, out_dir: str | Path,
                 tracking_uri: str | None = None, track: bool = True, progress: bool = False,
-                strategy_options: dict | None = None, seed_baselines: bool = False) -> dict:
+                strategy_options: dict | None = None, seed_baselines: bool = False,
+                params_file: str | None = None) -> dict:
+    """``params_file``: a cost-model parameter file; the optimum, the baselines' times and every
+    trial use it (else the shipped calibration)."""
     from .strategies.registry import make_strategy
     for s in strategies:
         make_strategy(s) if s != "ppo" else None     # unknown names fail before any work
@@ -111,26 +119,31 @@ def run_compare(scenario: Scenario, strategies, budget: int, seeds: int, out_dir
     if track:
         from .extras import require
         require("tracking", "--tracking-uri", tracking_uri or "(default)", "--no-tracking")
+    params, runner_options = None, {}
+    if params_file is not None:
+        from .costmodel.params import load_params_file
+        params = load_params_file(params_file)
+        runner_options["backend_options"] = {"params": params_file}
     from .launch import check_out_dir
     check_out_dir(str(out_dir))
     # one folder (and one MLflow run) per invocation: the scenario's key and the comparison's own
     # options are in the name, so a compare with other overrides or strategies never overwrites another
     stem = (f"compare-{scenario.model.name}-{scenario.cluster.name}-{scenario.key[:8]}-{'+'.join(strategies)}"
-            f"-b{budget}-s{seeds}" + ("-warm" if seed_baselines else ""))
+            f"-b{budget}-s{seeds}" + ("-warm" if seed_baselines else "") + (f"-p{params.key()}" if params else ""))
     out = Path(out_dir) / stem
     check_out_dir(str(out))
     say = (lambda text: print(f"compare: {text}", file=sys.stderr, flush=True)) if progress else (lambda text: None)
     say("exhaustive optimum of the space (the reference every strategy is judged against) ...")
-    opt = exhaustive_optimum(scenario, Path(out_dir))
+    opt = exhaustive_optimum(scenario, Path(out_dir), params)
     say("measuring the baselines ...")
-    base = baselines_of(scenario, ("production", "sota") if seed_baselines else ("production",))
+    base = baselines_of(scenario, ("production", "sota") if seed_baselines else ("production",), params)
     bar = None
     if progress:
         from tqdm import tqdm
         bar = tqdm(total=len(strategies) * seeds, desc="compare", unit="run")
     results = {s: run_strategy_curves(scenario, s, budget, seeds, opt["optimum_s"],
                                       bar.update if bar else None, (strategy_options or {}).get(s),
-                                      seed_baselines=seed_baselines, known_baselines=base)
+                                      seed_baselines=seed_baselines, known_baselines=base, **runner_options)
                for s in strategies}
     if bar:
         bar.close()
@@ -153,7 +166,7 @@ def run_compare(scenario: Scenario, strategies, budget: int, seeds: int, out_dir
     from .launch import write_launch_dir
     from .specs.config import Config
     best = Config(**opt["best_config"])
-    data["launch_files"] = write_launch_dir(str(out), scenario, [(best, evaluate(scenario, best, check=False))],
+    data["launch_files"] = write_launch_dir(str(out), scenario, [(best, evaluate(scenario, best, params, check=False))],
                                             "autotune compare (the exhaustive optimum)")
     (out / f"{stem}.json").write_text(json.dumps(data, indent=2))
     if track:

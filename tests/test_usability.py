@@ -164,3 +164,41 @@ def test_evaluate_simulate_announces_the_simulation(run_cli):
                 "tp=8,pp=2,placement=dp_out,dp_flavour=zero1,pp_schedule=1f1b", "--global-batch", "2560", "--simulate")
     assert r.returncode == 0, r.stderr
     assert "simulating every micro-batch" in r.stderr and "simulated iteration" in r.stdout
+
+
+def _slow_params(tmp_path):
+    """A parameter file that halves the GEMM ceiling: every compute-bound time grows."""
+    from autotune.costmodel import default_params
+    p = tmp_path / "params.yaml"
+    p.write_text(yaml.safe_dump({"params": {"gemm_efficiency_max": default_params().gemm_efficiency_max / 2}}))
+    return p
+
+
+def test_study_and_compare_take_a_parameter_file(run_cli, tmp_path):
+    p = _slow_params(tmp_path)
+    runs = {}
+    for tag, extra in (("shipped", []), ("file", ["--params", str(p)])):
+        r = run_cli("study", "--model", "llama3-8b", "--cluster", "campus-5bldg", "--strategy", "production",
+                    "--trials", "1", "--no-tracking", "--storage", f"sqlite:///{tmp_path}/{tag}.db", "--json",
+                    *extra, cwd=tmp_path)
+        assert r.returncode == 0, r.stderr
+        runs[tag] = json.loads(r.stdout)["best_iteration_time_s"]
+    assert runs["file"] > 1.05 * runs["shipped"]
+    c = run_cli("compare", "--model", "llama3-8b", "--cluster", "campus-5bldg", "--strategies", "random",
+                "--budget", "3", "--seeds", "1", "--out", str(tmp_path / "cmp"), "--no-tracking", "--json",
+                "--params", str(p), cwd=tmp_path)
+    assert c.returncode == 0, c.stderr
+    d = json.loads(c.stdout)
+    assert d["optimum_s"] > 1.05 * json.loads(run_cli("search", "--model", "llama3-8b", "--cluster", "campus-5bldg",
+                                                     "--json").stdout)["best"]["iteration_time_s"]
+
+
+def test_a_bad_parameter_file_writes_nothing(run_cli, tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("params: {no_such_knob: 1}\n")
+    for cmd in (("study", "--trials", "2", "--no-tracking", "--storage", f"sqlite:///{tmp_path}/s.db"),
+                ("compare", "--budget", "2", "--seeds", "1", "--out", str(tmp_path / "cmp"), "--no-tracking")):
+        r = run_cli(cmd[0], "--model", "llama3-8b", "--cluster", "campus-5bldg", *cmd[1:], "--params", str(bad),
+                    cwd=tmp_path)
+        assert r.returncode == 2 and "no_such_knob" in r.stderr and "\n" not in r.stderr.strip()
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["bad.yaml"]

@@ -50,6 +50,11 @@ class CostModelBackend:
     name = "costmodel"
 
     def __init__(self, params=None):
+        """``params``: CostParams, or the path of a parameter file (``--params``, stored with a
+        study as the backend option ``params``); None: the shipped calibration."""
+        if isinstance(params, str):
+            from ..costmodel.params import load_params_file
+            params = load_params_file(params)
         self.params = params
 
     def measure(self, scenario, config) -> Measurement:

@@ -61,6 +61,12 @@ class CostParams:
     def with_values(self, **kw) -> "CostParams":
         return replace(self, **kw)
 
+    def key(self) -> str:
+        """A short stable identity of the values (cache and folder names)."""
+        import hashlib
+        import json
+        return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()[:8]
+
     def to_dict(self) -> dict:
         return asdict(self)
 
