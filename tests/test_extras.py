@@ -86,3 +86,23 @@ def test_a_tpe_study_runs_on_the_core_alone(tmp_path):
                     "--no-tracking", "--storage", f"sqlite:///{tmp_path}/s.db", "--json", cwd=tmp_path)
     assert r.returncode == 0, r.stderr[-2000:]
     assert json.loads(r.stdout)["n_trials"] == 25
+
+
+@pytest.mark.slow
+def test_core_install_in_a_fresh_venv(tmp_path):
+    """pip install of the package alone (the core) into a fresh venv: none of the extras' packages
+    come with it, and the README's search runs from it."""
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[1]
+    venv = tmp_path / "core"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    r = subprocess.run([str(venv / "bin" / "pip"), "install", "-q", str(root)], capture_output=True, text=True,
+                       timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    listed = subprocess.run([str(venv / "bin" / "pip"), "list", "--format=json"], capture_output=True, text=True)
+    names = {p["name"].lower() for p in json.loads(listed.stdout)}
+    assert not names & {"mlflow", "scipy", "torch", "gymnasium", "stable-baselines3", "sb3-contrib", "psycopg"}
+    s = subprocess.run([str(venv / "bin" / "autotune"), "search", "--model", "llama3-405b", "--cluster",
+                        "campus-5bldg", "--json"], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert s.returncode == 0, s.stderr[-2000:]
+    assert json.loads(s.stdout)["best"]["feasible"]
