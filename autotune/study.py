@@ -441,6 +441,8 @@ class StudyRunner:
         written. ``join``: the study must exist already (``autotune worker``)."""
         if trials is None or trials <= 0:
             raise UserInputError("--trials", trials, "a positive integer")
+        if not 0 <= int(seed) < 2**32:                 # the samplers' (numpy's) seed range
+            raise UserInputError("--seed", seed, "an integer from 0 to 4294967295")
         self.trials, self.seed = int(trials), int(seed)
         self.storage_url = storage or DEFAULT_STORAGE
         self.join = join
@@ -664,13 +666,18 @@ class StudyRunner:
 
     def run(self) -> dict:
         t0 = time.perf_counter()
-        self._say(f"opening the study in {mask_uri(self.storage_url)}")
-        study = self._open_study()
         tracker = None
-        if self.track:      # connect before any expensive work: a bad URI fails fast
+        if self.track:      # before the study is written: an unreachable tracking store leaves no study behind
             self._say(f"connecting to MLflow at {mask_uri(self.tracking_uri)}")
             tracker = Tracker(self.tracking_uri, self.study_name, self.storage_url,
                               tags={"autotune.strategy": self.strategy.name, "autotune.scenario_key": self.scenario.key})
+        self._say(f"opening the study in {mask_uri(self.storage_url)}")
+        try:
+            study = self._open_study()
+        except BaseException:
+            if tracker is not None:
+                tracker.flush("FAILED")
+            raise
         # a trial this worker fails as orphaned is this worker's to log: its runner, if it was in
         # fact alive but slow to record its owner, finds it told by another and logs nothing
         orphaned = set(fail_orphaned_trials(study))

@@ -651,3 +651,21 @@ def test_compare_out_that_is_a_file_exits_2(tmp_path):
     code, _, err = run(["compare", *SMALL, "--strategies", "random", "--budget", "3", "--seeds", "1", "--out", str(f),
                         "--no-tracking"])
     assert code == 2 and "--out" in err and "Traceback" not in err and f.read_text() == "keep"
+
+
+def test_negative_seed_is_one_line_and_writes_nothing(tmp_path, monkeypatch):
+    """Issue 17 item 4/6: `--seed -1` gave a numpy traceback after the study row was written."""
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run(["study", *SMALL, "--trials", "2", "--seed", "-1", "--no-tracking",
+                        "--storage", f"sqlite:///{tmp_path}/s.db"])
+    assert code == 2 and "--seed" in err and len(err.strip().splitlines()) == 1
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_unreachable_tracking_leaves_no_study_behind(tmp_path, monkeypatch):
+    """Issue 17 item 6: an unreachable --tracking-uri was found only after the study was created."""
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run(["study", *SMALL, "--trials", "2", "--tracking-uri", "http://127.0.0.1:1",
+                        "--storage", f"sqlite:///{tmp_path}/s.db"])
+    assert code == 2 and "--tracking-uri" in err and len(err.strip().splitlines()) == 1
+    assert list(tmp_path.iterdir()) == []
