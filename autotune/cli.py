@@ -2,15 +2,53 @@
 from __future__ import annotations
 
 import json
+import math
 import os
+import re
 import sys
 
 import click
 
-from .errors import ServiceUnavailable, UserInputError
+from .errors import ServiceUnavailable, StorageCorrupt, UserInputError
 
 EXIT_USER_ERROR = 2
 EXIT_SERVICE_UNAVAILABLE = 3
+
+
+class _StrictInt(click.ParamType):
+    """An integer written with the ASCII digits 0-9 and an optional sign: Python's int() also
+    takes '1_000' and other scripts' digits ('٨'), which a command line must not read as numbers."""
+    name = "integer"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        text = str(value).strip()
+        if not re.fullmatch(r"[+-]?[0-9]+", text, flags=re.ASCII):
+            self.fail(f"got {_short(value)!r}; allowed: an integer written with the digits 0-9", param, ctx)
+        return int(text)
+
+
+class _StrictFloat(click.ParamType):
+    """A finite decimal number in ASCII (digits, one point, an exponent); no nan, inf or '1_0'."""
+    name = "number"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, float) and math.isfinite(value):
+            return value
+        text = str(value).strip()
+        if not re.fullmatch(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?", text, flags=re.ASCII) \
+                or not math.isfinite(float(text)):
+            self.fail(f"got {_short(value)!r}; allowed: a finite number written with the digits 0-9", param, ctx)
+        return float(text)
+
+
+def _short(value, n: int = 60):
+    text = str(value)
+    return text if len(text) <= n else text[:n] + f"...({len(text)} characters)"
+
+
+STRICT_INT, STRICT_FLOAT = _StrictInt(), _StrictFloat()
 
 
 def _emit(data: dict, as_json: bool, human) -> None:
@@ -25,9 +63,9 @@ def scenario_options(f):
     opts = [
         click.option("--model", "model", default=None, help="model preset (e.g. llama3-405b)"),
         click.option("--cluster", "cluster", default=None, help="cluster preset (e.g. campus-5bldg)"),
-        click.option("--gpus", type=int, default=None, help="total GPUs, split evenly over buildings"),
-        click.option("--global-batch", "global_batch", type=int, default=None, help="sequences per step"),
-        click.option("--seq-len", "seq_len", type=int, default=None),
+        click.option("--gpus", type=STRICT_INT, default=None, help="total GPUs, split evenly over buildings"),
+        click.option("--global-batch", "global_batch", type=STRICT_INT, default=None, help="sequences per step"),
+        click.option("--seq-len", "seq_len", type=STRICT_INT, default=None),
         click.option("--precision", type=click.Choice(["bf16", "fp16", "fp8", "fp32"]), default=None),
         click.option("--scenario", "scenario_file", default=None, help="scenario YAML (model, workload, cluster)"),
         click.option("--set", "overrides", multiple=True, help="dotted override, e.g. cluster.cross_building.loss_rate=1e-5"),
@@ -186,7 +224,7 @@ def show(preset, as_json):
 
 @cli.command()
 @scenario_options
-@click.option("--top", "top_k", type=int, default=1, show_default=True,
+@click.option("--top", "top_k", type=STRICT_INT, default=1, show_default=True,
               help="keep the K fastest configurations (exact, ties in enumeration order)")
 @click.option("--out", "out_dir", default=None,
               help="folder to write the launch files into: best_config.yaml, torchtitan_args.txt (torchtitan 0.3.0), "
@@ -243,6 +281,12 @@ def search(top_k, out_dir, params_file, as_json, **kw):
 
 MAX_BENCH_ROWS = 1 << 22
 """Largest --rows of bench: the sampled batch takes about 170 bytes per row (~0.7 GB)."""
+MAX_TRIALS = 10_000_000
+"""Largest --trials / --budget: a budget beyond it is a typo, not a study."""
+MAX_SEEDS = 1000
+"""Largest compare --seeds."""
+MAX_JOBS = 1024
+"""Largest --jobs: processes beyond the machine's CPUs only add start-up cost."""
 MAX_TOP_K = 1000
 """Largest --top: each kept configuration is evaluated again for its breakdown."""
 
@@ -255,14 +299,14 @@ def _print_launch(launch: dict) -> None:
 
 def _study_options(f):
     opts = [
-        click.option("--trials", type=int, default=100, help="finished trials the study must reach"),
+        click.option("--trials", type=STRICT_INT, default=100, help="finished trials the study must reach"),
         click.option("--storage", default=None, help="SQLAlchemy URL (default sqlite:///autotune.db)"),
         click.option("--study-name", "study_name", default=None),
         click.option("--tracking-uri", "tracking_uri", default=None, help="MLflow URI (default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db; the experiment is $MLFLOW_EXPERIMENT_NAME, else autotune)"),
         click.option("--backend", default="costmodel", help="measurement backend (entry points: autotune.backends)"),
         click.option("--backend-option", "backend_options", multiple=True,
                      help="key=value passed to the backend, e.g. template='srun ./train.sh {torchtitan_args}'"),
-        click.option("--trial-timeout", "trial_timeout", type=float, default=None, help="seconds per trial"),
+        click.option("--trial-timeout", "trial_timeout", type=STRICT_FLOAT, default=None, help="seconds per trial"),
         click.option("--no-tracking", is_flag=True, help="do not log to MLflow"),
         click.option("--objectives", default="iteration_time_s",
                      help="comma-separated: iteration_time_s[,xb_bytes_per_step][,memory_per_gpu_bytes]"),
@@ -318,13 +362,19 @@ def _scenario_or_stored(kw, study_name):
 
 
 def _objectives(text):
-    return None if text is None else tuple(o.strip() for o in text.split(",") if o.strip())
+    """Comma-separated objective names; an empty entry is refused (check_objectives names the rest)."""
+    if text is None:
+        return None
+    names = tuple(o.strip() for o in text.split(","))
+    if any(not o for o in names):
+        raise UserInputError("--objectives", text, "comma-separated objective names, none empty")
+    return names
 
 
 @cli.command()
 @scenario_options
 @click.option("--strategy", default="tpe", help="tpe, cmaes, gp, nsga2, random, exhaustive, ppo, production, sota")
-@click.option("--seed", type=int, default=0)
+@click.option("--seed", type=STRICT_INT, default=0)
 @click.option("--out", "out_dir", default=None,
               help="folder for the launch files of the best configuration and the top 10 (as `search --out`; the "
                    "breakdowns are the cost model's, the rank and measured_s the backend's)")
@@ -389,8 +439,8 @@ def _backend_options(items) -> dict:
 @scenario_options
 @click.option("--study-name", "study_name", required=True)
 @click.option("--storage", default=None, help="the shared study's SQLAlchemy URL")
-@click.option("--trials", type=int, default=100, help="finished trials the shared study must reach")
-@click.option("--seed", type=int, default=None, help="default: derived from the process id")
+@click.option("--trials", type=STRICT_INT, default=100, help="finished trials the shared study must reach")
+@click.option("--seed", type=STRICT_INT, default=None, help="default: derived from the process id")
 @click.option("--strategy", default=None, help="default: the study's (another one is refused)")
 @click.option("--objectives", default=None, help="default: the study's (others are refused)")
 @click.option("--infeasible", type=click.Choice(["fail", "constraint"]), default=None,
@@ -399,7 +449,7 @@ def _backend_options(items) -> dict:
 @click.option("--backend", default=None, help="default: the study's (another one is refused)")
 @click.option("--backend-option", "backend_options", multiple=True,
               help="key=value passed to the backend; default: the study's (another value is refused)")
-@click.option("--trial-timeout", "trial_timeout", type=float, default=None)
+@click.option("--trial-timeout", "trial_timeout", type=STRICT_FLOAT, default=None)
 @click.option("--no-tracking", is_flag=True)
 @click.option("--json", "as_json", is_flag=True)
 def worker(study_name, storage, trials, seed, strategy, objectives, infeasible, tracking_uri, backend,
@@ -425,8 +475,8 @@ def worker(study_name, storage, trials, seed, strategy, objectives, infeasible, 
 @cli.command()
 @scenario_options
 @click.option("--strategies", default="tpe,random", help="comma-separated strategy names")
-@click.option("--budget", type=int, default=300, help="trials per strategy and seed")
-@click.option("--seeds", type=int, default=5)
+@click.option("--budget", type=STRICT_INT, default=300, help="trials per strategy and seed")
+@click.option("--seeds", type=STRICT_INT, default=5)
 @click.option("--out", "out_dir", default="compare-out",
               help="parent folder: each comparison writes its own subfolder (table, PNG, JSON and the launch files of "
                    "the exhaustive optimum)")
@@ -438,12 +488,15 @@ def worker(study_name, storage, trials, seed, strategy, objectives, infeasible, 
 def compare(strategies, budget, seeds, out_dir, seed_baselines, params_file, tracking_uri, no_tracking, as_json, **kw):
     """Strategies x seeds at a fixed budget, judged against the exhaustive optimum."""
     from .compare import run_compare
-    if budget <= 0:
-        raise UserInputError("--budget", budget, "a positive integer")
-    if seeds <= 0:
-        raise UserInputError("--seeds", seeds, "a positive integer")
+    if not 1 <= budget <= MAX_TRIALS:
+        raise UserInputError("--budget", budget, f"an integer from 1 to {MAX_TRIALS:,}")
+    if not 1 <= seeds <= MAX_SEEDS:
+        raise UserInputError("--seeds", seeds, f"an integer from 1 to {MAX_SEEDS}")
+    names = [s.strip() for s in strategies.split(",")]
+    if not strategies.strip() or any(not s for s in names):
+        raise UserInputError("--strategies", strategies, "comma-separated strategy names, none empty (e.g. tpe,random)")
     scen = _scenario(kw)
-    data = run_compare(scen, [s.strip() for s in strategies.split(",") if s.strip()], budget, seeds, out_dir,
+    data = run_compare(scen, names, budget, seeds, out_dir,
                        tracking_uri=None if no_tracking else tracking_uri, track=not no_tracking,
                        progress=not as_json and sys.stderr.isatty(), seed_baselines=seed_baselines,
                        params_file=params_file)
@@ -470,7 +523,7 @@ def compare(strategies, budget, seeds, out_dir, seed_baselines, params_file, tra
 @click.option("--write", "write_path", default=None, help="with --fit: write the parameters to this YAML")
 @click.option("--loso", is_flag=True, help="leave-one-source-family-out: for each source family, fit on the other "
               "families' rows and score the held-out family's rows (each row scored once, by a fit that never saw it)")
-@click.option("--jobs", type=int, default=0, help="with --loso: fits run in this many processes (0 = one per CPU)")
+@click.option("--jobs", type=STRICT_INT, default=0, help="with --loso: fits run in this many processes (0 = one per CPU)")
 @params_option
 @click.option("--json", "as_json", is_flag=True)
 def validate(runs, fit, write_path, loso, jobs, params_file, as_json):
@@ -479,6 +532,8 @@ def validate(runs, fit, write_path, loso, jobs, params_file, as_json):
     from .validation import validate as run_validation
     if jobs < 0:
         raise UserInputError("--jobs", jobs, "0 (one per CPU) or a positive number of processes")
+    if jobs > MAX_JOBS:
+        raise UserInputError("--jobs", jobs, f"at most {MAX_JOBS} processes")
     if fit or loso:
         from .extras import require
         require("fit", "--loso" if loso else "--fit", True)
@@ -606,7 +661,7 @@ def kernels(data_path, fit, as_json):
 
 
 @cli.command()
-@click.option("--rows", type=int, default=1 << 18, help="configurations in the batch timing")
+@click.option("--rows", type=STRICT_INT, default=1 << 18, help="configurations in the batch timing")
 @click.option("--json", "as_json", is_flag=True)
 def bench(rows, as_json):
     """Cost-model speed on llama3-405b x campus-5bldg (the largest preset space)."""
@@ -627,9 +682,9 @@ def bench(rows, as_json):
 @click.option("--backend-option", "backend_options", multiple=True, help="key=value passed to the backend")
 @click.option("--xb-mbit", "xb_mbit", default="50,200",
               help="cross-building rates (Mbit/s) to measure at; local-torch shapes its emulated link to each")
-@click.option("--configs", "n_configs", type=int, default=14, help="configurations in the designed set")
-@click.option("--holdout", type=float, default=0.33, help="fraction of configurations held out of the fit")
-@click.option("--seed", type=int, default=0)
+@click.option("--configs", "n_configs", type=STRICT_INT, default=14, help="configurations in the designed set")
+@click.option("--holdout", type=STRICT_FLOAT, default=0.33, help="fraction of configurations held out of the fit")
+@click.option("--seed", type=STRICT_INT, default=0)
 @click.option("--out", "out_path", default="calibrated-scenario.yaml", help="scenario file to write")
 @click.option("--json", "as_json", is_flag=True)
 def calibrate(backend, backend_options, xb_mbit, n_configs, holdout, seed, out_path, as_json, **kw):
@@ -693,7 +748,7 @@ def main(argv=None) -> int:
     except UserInputError as e:
         click.echo(f"autotune: error: {e}", err=True)
         return EXIT_USER_ERROR
-    except ServiceUnavailable as e:
+    except (ServiceUnavailable, StorageCorrupt) as e:
         click.echo(f"autotune: error: {e}", err=True)
         return EXIT_SERVICE_UNAVAILABLE
     except click.exceptions.NoArgsIsHelpError as e:

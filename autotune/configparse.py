@@ -57,6 +57,10 @@ def make_config(fields: dict, n_gpus: int) -> Config:
     unknown = [k for k in fields if k not in FIELDS]
     if unknown:
         raise UserInputError(f"config.{unknown[0]}", fields[unknown[0]], "a field among " + ", ".join(FIELDS))
+    for k in INTEGER:          # a file's quoted number: pydantic would take '1_000' and non-ASCII digits
+        v = fields.get(k)
+        if isinstance(v, bool) or isinstance(v, float) or (isinstance(v, str) and not _DIGITS.fullmatch(v.strip())):
+            raise UserInputError(f"config.{k}", v, "an integer written with the digits 0-9")
     if "dp" not in fields:
         denom = 1
         for k in ("tp", "cp", "pp"):

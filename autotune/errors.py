@@ -7,7 +7,19 @@ class UserInputError(ValueError):
 
     def __init__(self, field: str, value: object, allowed: str):
         self.field, self.value, self.allowed = field, value, allowed
-        super().__init__(f"{field}: got {value!r}; allowed: {allowed}")
+        head = f"{clip(field, 100)}: got {clip(repr(value), 120)}; allowed: "
+        super().__init__(head + clip(allowed, max(120, MESSAGE_CHARS - len(head))))
+
+
+MESSAGE_CHARS = 460
+"""Longest error message (the CLI adds 'autotune: error: '): one line under 500 characters."""
+
+
+def clip(text: str, n: int) -> str:
+    """``text`` cut to about n characters, saying how long it was: a one-line error stays one
+    short line whatever the user typed (a 400-digit number, a 2 MB value)."""
+    text = str(text).replace("\n", "\\n").replace("\r", "\\r")
+    return text if len(text) <= n else f"{text[:n]}...({len(text)} characters)"
 
 
 def from_pydantic(exc, prefix: str = "") -> UserInputError:
@@ -22,6 +34,16 @@ def from_pydantic(exc, prefix: str = "") -> UserInputError:
     if err.get("type") == "extra_forbidden":
         msg = "unknown key (check the spelling)"
     return UserInputError(field, value, msg)
+
+
+class StorageCorrupt(RuntimeError):
+    """A storage or tracking file that exists but is not a healthy SQLite database (empty,
+    another kind of file, or failing SQLite's quick_check). The CLI prints it as one line and exits
+    3; nothing is started over silently."""
+
+    def __init__(self, option: str, path: str, what: str):
+        self.option, self.path = option, path
+        super().__init__(f"{option} {clip(path, 200)}: {what}")
 
 
 class ServiceUnavailable(RuntimeError):

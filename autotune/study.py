@@ -106,12 +106,10 @@ def _storage(url: str):
     _tune_sqlite()
     if url == "memory":
         return optuna.storages.InMemoryStorage()
+    from .sqlitecheck import check_sqlite_url
+    check_sqlite_url(url, "--storage")          # a missing folder, an empty or garbled file: one line, nothing opened
     url = _driver_url(url)
     try:
-        if url.startswith("sqlite:///"):
-            path = Path(url[len("sqlite:///"):])
-            if path.parent and not path.parent.exists():
-                raise UserInputError("--storage", mask_uri(url), "a SQLite path in an existing directory")
         return optuna.storages.RDBStorage(url, engine_kwargs={"pool_pre_ping": True},
                                           heartbeat_interval=None)
     except UserInputError:
@@ -439,11 +437,16 @@ class StudyRunner:
         given: an existing study's stored value (its StudySpec) is used, else the default. A given
         one that differs from the stored study's is refused (StudyConflict) before anything is
         written. ``join``: the study must exist already (``autotune worker``)."""
-        if trials is None or trials <= 0:
-            raise UserInputError("--trials", trials, "a positive integer")
+        if trials is None or not 0 < trials <= 10_000_000:
+            raise UserInputError("--trials", trials, "an integer from 1 to 10,000,000")
+        if trial_timeout_s is not None and not (math.isfinite(trial_timeout_s) and trial_timeout_s > 0):
+            raise UserInputError("--trial-timeout", trial_timeout_s, "a positive number of seconds")
         if not 0 <= int(seed) < 2**32:                 # the samplers' (numpy's) seed range
             raise UserInputError("--seed", seed, "an integer from 0 to 4294967295")
         self.trials, self.seed = int(trials), int(seed)
+        for option, value in (("--storage", storage), ("--tracking-uri", tracking_uri)):
+            if value is not None and not str(value).strip():
+                raise UserInputError(option, value, "a non-empty URL (leave the option out for the default)")
         self.storage_url = storage or DEFAULT_STORAGE
         self.join = join
         self._st = None

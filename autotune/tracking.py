@@ -193,6 +193,35 @@ def _unreachable(e: Exception) -> bool:
                                                                  "timed out", "temporarily unavailable"))
 
 
+DB_CONNECT_TIMEOUT_s = 5
+"""How long a tracking database may take to accept a connection before the URI is refused."""
+
+
+def probe_tracking_db(uri: str) -> None:
+    """Fail fast, in one line, where MLflow would hang or print a traceback: a SQLite file that is
+    a folder, in a missing folder, or not a healthy database (sqlitecheck), and a database server
+    that does not accept a connection within DB_CONNECT_TIMEOUT_s (MLflow retries for minutes)."""
+    from .sqlitecheck import check_sqlite_url
+    check_sqlite_url(uri, "--tracking-uri", empty_ok=True)
+    scheme = uri.split(":", 1)[0].split("+", 1)[0].lower()
+    if scheme not in _DB_SCHEMES or scheme == "sqlite":
+        return
+    import sqlalchemy
+
+    from .study import _driver_url
+    try:
+        args = {"connect_timeout": DB_CONNECT_TIMEOUT_s} if scheme in ("postgresql", "postgres", "mysql") else {}
+        engine = sqlalchemy.create_engine(_driver_url(uri), connect_args=args)
+        try:
+            with engine.connect():
+                pass
+        finally:
+            engine.dispose()
+    except Exception as e:  # noqa: BLE001 - unreachable, refused, unknown driver, bad credentials
+        raise UserInputError("--tracking-uri", mask_uri(uri), f"a reachable MLflow database ({type(e).__name__})") \
+            from None
+
+
 STALE_CHILD_RUN_S = 120.0
 """A child run not finished this long after it was created is a crashed writer's, not a slow one's."""
 
@@ -214,6 +243,7 @@ class Tracker:
         logging.getLogger("mlflow").setLevel(logging.ERROR)
         logging.getLogger("alembic").setLevel(logging.ERROR)
         self.uri = tracking_uri
+        probe_tracking_db(tracking_uri)
         try:
             # inside the try: MLflow rejects a malformed or unsupported URI with a message
             # that repeats it, password included

@@ -65,6 +65,10 @@ def load_text(text: str, field: str, source: str | None = None):
         return yaml.SafeLoader("").construct_document(node)
     except RecursionError:
         raise UserInputError(field, source, f"YAML nested at most {MAX_DEPTH} levels deep") from None
+    except UserInputError:
+        raise
+    except (ValueError, TypeError, OverflowError) as e:   # a tag's constructor refused the value (!!int abc)
+        raise UserInputError(field, source, f"YAML whose tagged values construct ({type(e).__name__})") from None
 
 
 def read_file(path: str | Path, field: str) -> str:

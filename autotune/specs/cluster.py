@@ -5,7 +5,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from .hardware import HardwareSpec
+from .hardware import MAX_BANDWIDTH_Bps, MIN_BANDWIDTH_Bps, HardwareSpec
 
 FIBRE_DELAY_S_PER_KM = 5e-6
 """One-way propagation delay in optical fibre (refractive index ~1.47 -> ~204,000 km/s)."""
@@ -18,16 +18,16 @@ class TierSpec(BaseModel):
     GPU ``bandwidth_Bps / o`` when every GPU below it sends across at once.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
-    bandwidth_Bps: float = Field(gt=0)
+    bandwidth_Bps: float = Field(ge=MIN_BANDWIDTH_Bps, le=MAX_BANDWIDTH_Bps)
     oversubscription: float = Field(default=1.0, ge=1.0, le=1024)
     latency_s: float = Field(default=5e-6, ge=0, le=10.0, description="base one-way latency, switches and NICs")
     distance_km: float = Field(default=0.0, ge=0, le=20000)
     n_paths: int = Field(default=64, ge=1, le=1 << 16, description="equal-cost links ECMP can hash onto; "
                          "each carries uplink / n_paths")
     loss_rate: float = Field(default=0.0, ge=0, lt=0.5, description="packet loss probability")
-    link_Bps: float | None = Field(default=None, gt=0, description="rate of one equal-cost link; when set, "
+    link_Bps: float | None = Field(default=None, ge=MIN_BANDWIDTH_Bps, le=MAX_BANDWIDTH_Bps, description="rate of one equal-cost link; when set, "
                                    "the path count follows the uplink (uplink / link_Bps), so a higher "
                                    "oversubscription means fewer links, never slower ones")
     mtu_bytes: int = Field(default=4096, ge=256, le=65536)
@@ -61,7 +61,7 @@ class TierSpec(BaseModel):
 
 
 class BuildingSpec(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     gpus: int = Field(gt=0, le=1 << 22)
     gpu: HardwareSpec
@@ -80,7 +80,7 @@ class ClusterSpec(BaseModel):
     """Buildings plus tiers: NVLink (from the GPU spec) < scale_out (inside a zone/pod) <
     cross_zone (between pods of a building) < cross_building < cross_region."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     name: str = "custom"
     buildings: tuple[BuildingSpec, ...] = Field(min_length=1, max_length=64)

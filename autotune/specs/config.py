@@ -47,7 +47,7 @@ class Config(BaseModel):
     """One training configuration. Degrees multiply to the GPU count: tp*cp*pp*dp = N;
     ep groups ranks of the data-parallel dimension (ep divides dp), as in Megatron-Core."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     tp: int = Field(default=1, ge=1, le=MAX_DEGREE, description="tensor_parallel_degree (with sequence parallelism)")
     cp: int = Field(default=1, ge=1, le=MAX_DEGREE, description="context_parallel_degree")

@@ -4,22 +4,32 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
+MIN_BANDWIDTH_Bps = 1e3
+"""Slowest link a spec may state (1 kB/s): below it a step takes years and the arithmetic
+degenerates (5e-324 B/s divided into bytes overflows)."""
+MAX_BANDWIDTH_Bps = 1e15
+"""Fastest link a spec may state (1 PB/s, ~1,000x an NVLink 5 port); larger is a typo."""
+MIN_FLOPS = 1e6
+MAX_FLOPS = 1e18
+"""Dense FLOP/s bounds of one device (a CPU core to ~500x a B200)."""
+
+
 class HardwareSpec(BaseModel):
     """Per-GPU numbers of one accelerator type. Every number is per GPU and names its unit."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     name: str = "custom"
-    peak_flops_bf16: float = Field(gt=0, description="dense bf16/fp16 FLOP/s")
-    peak_flops_fp8: float = Field(ge=0, description="dense fp8 FLOP/s; 0 = no fp8 support")
-    peak_flops_fp32: float = Field(default=0.0, ge=0, description="dense FLOP/s of fp32 training "
+    peak_flops_bf16: float = Field(ge=MIN_FLOPS, le=MAX_FLOPS, description="dense bf16/fp16 FLOP/s")
+    peak_flops_fp8: float = Field(ge=0, le=MAX_FLOPS, description="dense fp8 FLOP/s; 0 = no fp8 support")
+    peak_flops_fp32: float = Field(default=0.0, ge=0, le=MAX_FLOPS, description="dense FLOP/s of fp32 training "
                                    "(TF32 tensor cores on GPUs); 0 = half the bf16 peak")
-    hbm_bytes: float = Field(gt=0)
-    hbm_bandwidth_Bps: float = Field(gt=0)
+    hbm_bytes: float = Field(ge=2**20, le=2**50)
+    hbm_bandwidth_Bps: float = Field(ge=MIN_BANDWIDTH_Bps, le=MAX_BANDWIDTH_Bps)
     nvlink_domain_gpus: int = Field(gt=0, le=576)
-    nvlink_bandwidth_Bps: float = Field(gt=0, description="per GPU, one direction")
+    nvlink_bandwidth_Bps: float = Field(ge=MIN_BANDWIDTH_Bps, le=MAX_BANDWIDTH_Bps, description="per GPU, one direction")
     nvlink_latency_s: float = Field(default=2e-6, ge=0)
-    nic_bandwidth_Bps: float = Field(gt=0, description="scale-out NIC per GPU, one direction")
+    nic_bandwidth_Bps: float = Field(ge=MIN_BANDWIDTH_Bps, le=MAX_BANDWIDTH_Bps, description="scale-out NIC per GPU, one direction")
     nccl_ll128: bool = Field(default=True, description="NCCL's LL128 protocol runs on this node: NVLink inside, "
                              "SM70 or newer (tuning.cc enables it only there); false for CPU ranks (gloo)")
     compute_capability: float = Field(default=9.0, ge=0, le=99, description="CUDA SM version; mixed versions "

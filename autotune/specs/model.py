@@ -19,7 +19,7 @@ class ModelSpec(BaseModel):
     ``moe_layer_step``-th layer is an MoE layer (step 1 = all, 2 = every other).
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     name: str = "custom"
     n_layers: int = Field(gt=0, le=1024)

@@ -176,10 +176,10 @@ def build_scenario(model=None, cluster=None, gpus=None, global_batch=None, seq_l
         raise UserInputError("model", None, "a preset name (" + ", ".join(preset_names("models")) + ") or --scenario FILE")
     if "cluster" not in data:
         raise UserInputError("cluster", None, "a preset name (" + ", ".join(preset_names("clusters")) + ") or --scenario FILE")
+    if not isinstance(data.get("workload") or {}, dict):
+        raise UserInputError("workload", data.get("workload"), "a mapping of workload fields")
     tree = {"model": _section(data["model"], "model"), "cluster": _section(data["cluster"], "cluster"),
             "workload": dict(data.get("workload") or {})}
-    if not isinstance(tree["workload"], dict):
-        raise UserInputError("workload", data.get("workload"), "a mapping")
     for key, val in (("global_batch_seqs", global_batch), ("seq_len", seq_len), ("precision", precision)):
         if val is not None:
             tree["workload"][key] = val

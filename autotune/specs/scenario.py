@@ -11,7 +11,7 @@ from .workload import WorkloadSpec
 class Scenario(BaseModel):
     """Everything fixed while searching: what is trained, on what, over which network."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     model: ModelSpec
     workload: WorkloadSpec = WorkloadSpec()

@@ -7,7 +7,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 
 class WorkloadSpec(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     global_batch_seqs: int | None = Field(default=None, gt=0, le=1 << 24,
                                           description="sequences per step; default from the model preset")
