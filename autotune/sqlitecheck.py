@@ -63,8 +63,13 @@ def check_sqlite_url(url: str, option: str, empty_ok: bool = False) -> None:
     except sqlite3.Error as e:
         if "locked" in str(e).lower():           # a live writer holds it: not a corruption
             return
-        raise StorageCorrupt(option, str(path), f"SQLite cannot read it ({type(e).__name__}: {str(e)[:80]}); "
+        raise StorageCorrupt(option, str(path), f"SQLite cannot read it ({type(e).__name__}: {_flat(e)}); "
                              "restore it from a backup") from None
     if rows != [("ok",)]:
-        raise StorageCorrupt(option, str(path), f"corrupted (PRAGMA quick_check: {str(rows[0][0])[:80]}); "
+        raise StorageCorrupt(option, str(path), f"corrupted (PRAGMA quick_check: {_flat(rows[0][0])}); "
                              "restore it from a backup")
+
+
+def _flat(text, n: int = 100) -> str:
+    """SQLite's multi-line diagnostics on one short line."""
+    return " ".join(str(text).split())[:n]

@@ -668,6 +668,20 @@ class StudyRunner:
             print(f"{self.study_name}: {text}", file=sys.stderr, flush=True)
 
     def run(self) -> dict:
+        """Run or resume the study (``_run``); stored data that cannot be read back (a truncated or
+        garbled file that SQLite's quick check let through) is one line naming the file, exit 3."""
+        import json
+
+        from .errors import StorageCorrupt
+        from .sqlitecheck import sqlite_path
+        try:
+            return self._run()
+        except (json.JSONDecodeError, sqlalchemy.exc.DatabaseError) as e:
+            where = sqlite_path(self.storage_url) or mask_uri(self.storage_url)
+            raise StorageCorrupt("--storage", str(where), f"its stored study cannot be read back ({type(e).__name__}); "
+                                 "restore it from a backup") from None
+
+    def _run(self) -> dict:
         t0 = time.perf_counter()
         tracker = None
         if self.track:      # before the study is written: an unreachable tracking store leaves no study behind

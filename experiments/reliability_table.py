@@ -17,7 +17,8 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-TESTS = ["tests/test_fuzz_input.py", "tests/test_crash_resume.py", "tests/test_reliability.py"]
+TESTS = ["tests/test_fuzz_input.py", "tests/test_bad_input_suite.py", "tests/test_crash_resume.py",
+         "tests/test_kills_and_corruption.py", "tests/test_reliability.py"]
 
 
 def main() -> int:
@@ -30,6 +31,19 @@ def main() -> int:
     fuzz = {k.split(":", 1)[1]: v["count"] for k, v in data.items() if k.startswith("fuzz:")}
     rows.append(("Bad input fuzzed (hypothesis): one-line error, exit 2, nothing stored",
                  f"{sum(fuzz.values())} cases ({', '.join(f'{k} {v}' for k, v in sorted(fuzz.items()))})"))
+    gen = data.get("generated_bad_inputs", {})
+    rows.append(("Generated bad inputs (tests/badinputs.py: command lines, --set, scenario and configuration files, "
+                 "URIs, paths, backend options): one line under 500 characters, exit 2 (3: storage file not a healthy "
+                 "database), no traceback, under 10 s, nothing written",
+                 f"{gen.get('count', 0)} cases, {gen.get('failures', 'n/a')} failures"))
+    for key, text in (("kills_then_resume", "SIGKILL at seeded random moments (start-up, MLflow schema creation, "
+                                            "baselines, trials), then resume: no finished trial lost or logged twice"),
+                      ("concurrent_pairs", "Two commands at once on fresh storage and tracking files (5 pairs of two "
+                                           "studies, 5 of one study from two processes)"),
+                      ("corruption_patterns", "Corruption patterns on a finished study's Optuna and MLflow files (each): "
+                                              "resumes intact or one line naming the file, exit 2/3, within 10 s")):
+        e = data.get(key, {})
+        rows.append((text, f"{e.get('count', 0)} tried, {e.get('failures', 'n/a')} failures"))
     kills = data.get("kills:sigkill_mid_trial", {})
     rows.append(("SIGKILL mid-trial, then resume by name: finished trials kept once (Optuna + MLflow)",
                  f"{kills.get('count', 0)} kills survived, {kills.get('trials_kept', 0)} trials finished before the last kill kept"))
