@@ -25,6 +25,13 @@ TRANSPORT = ("xb_load_balancing", "xb_queue_pairs", "xb_loss_recovery", "collect
 """Knobs of the transport grid: crossed with every legal core row (they never make a row illegal
 except through the per-knob rules below)."""
 _PROTO = {name: i for i, name in enumerate(CATEGORICAL["nccl_protocol"])}
+CHUNK_ROWS = 1 << 22
+"""Candidate rows (degrees x core knobs) masked at a time while the legal core is built."""
+BYTES_PER_CORE_ROW = 104
+"""Bytes one legal core row takes: 20 fields, int64 numbers and int8 codes (measured)."""
+MAX_LEGAL_CORE_BYTES = 6 * 2**30
+"""Most memory the legal core rows may take (6 GiB: a quarter of a 24 GiB machine); the
+exhaustive search adds evaluation chunks of a fixed size on top."""
 
 _SCHED = {name: i for i, name in enumerate(PP_SCHEDULES)}
 _SINGLE_CHUNK = tuple(_SCHED[s] for s in ("gpipe", "1f1b", "zb1p", "zb2p"))
@@ -313,16 +320,33 @@ class SearchSpace:
 
     @cached_property
     def legal_core(self) -> ConfigBatch:
-        """Every legal row of degrees x core knobs, with transport at its first value."""
+        """Every legal row of degrees x core knobs, with transport at its first value. Built in
+        chunks of CHUNK_ROWS candidate rows, so the peak memory is one chunk plus the legal rows
+        (a scenario within the validators can ask for hundreds of millions of candidates); when the
+        legal rows alone would pass MAX_LEGAL_CORE_BYTES, a one-line error says so before they do."""
         deg, core = self.degree_tuples, self._core_grid
         nd, nc = len(deg), len(core["placement"])
         if nd == 0:
             return {f: np.zeros(0, dtype=np.int64) for f in FIELDS}
-        b = {name: np.repeat(deg[:, i], nc) for i, name in enumerate(("tp", "cp", "ep", "pp", "dp"))}
-        b.update({k: np.tile(arr, nd) for k, arr in core.items()})
         t = self.transport_grid
-        b.update({k: np.full(nd * nc, t[k][0], dtype=t[k].dtype) for k in t})
-        return take(b, self.legal_mask(b))
+        per = max(1, CHUNK_ROWS // nc)
+        parts, kept = [], 0
+        for lo in range(0, nd, per):
+            d = deg[lo:lo + per]
+            n = len(d) * nc
+            b = {name: np.repeat(d[:, i], nc) for i, name in enumerate(("tp", "cp", "ep", "pp", "dp"))}
+            b.update({k: np.tile(arr, len(d)) for k, arr in core.items()})
+            b.update({k: np.full(n, t[k][0], dtype=t[k].dtype) for k in t})
+            part = take(b, self.legal_mask(b))
+            kept += len(part["tp"])
+            if kept * BYTES_PER_CORE_ROW > MAX_LEGAL_CORE_BYTES:
+                s = self.scenario
+                raise UserInputError("scenario", f"{s.model.name} on {s.cluster.name}, {s.n_gpus} GPUs",
+                                     f"a space whose legal rows fit in {MAX_LEGAL_CORE_BYTES / 2**30:.3g} GiB (more "
+                                     f"than {kept:,} legal core rows after {lo + len(d):,} of {nd:,} degree tuples): "
+                                     "narrow it with --gpus, --global-batch or --seq-len")
+            parts.append(part)
+        return concat(parts)
 
     @property
     def n_transport(self) -> int:

@@ -669,3 +669,24 @@ def test_unreachable_tracking_leaves_no_study_behind(tmp_path, monkeypatch):
                         "--storage", f"sqlite:///{tmp_path}/s.db"])
     assert code == 2 and "--tracking-uri" in err and len(err.strip().splitlines()) == 1
     assert list(tmp_path.iterdir()) == []
+
+
+def test_space_too_large_for_memory_is_one_line_before_it_is_allocated(monkeypatch, tmp_path):
+    """Issue 17 item 5: `space` and `search` built every candidate row at once (a scenario within
+    the validators asked for ~289M rows, ~23 GB). The legal core is now built in chunks and refused
+    in one line when the legal rows alone would not fit."""
+    import numpy as np
+
+    import autotune.space as space_mod
+    from autotune.space import FIELDS, SearchSpace
+    from autotune.specs.presets import build_scenario
+    scen = build_scenario("llama3-8b", "metro-2bldg")
+    whole = SearchSpace(scen).legal_core
+    monkeypatch.setattr(space_mod, "CHUNK_ROWS", 5000)          # chunked: the same rows, in the same order
+    chunked = SearchSpace(scen).legal_core
+    assert all(np.array_equal(whole[k], chunked[k]) for k in FIELDS)
+    monkeypatch.setattr(space_mod, "MAX_LEGAL_CORE_BYTES", 2**20)
+    monkeypatch.chdir(tmp_path)
+    for cmd in ("space", "search"):
+        code, out, err = run([cmd, "--model", "llama3-8b", "--cluster", "metro-2bldg"])
+        assert code == 2 and len(err.strip().splitlines()) == 1 and "GiB" in err and "--gpus" in err
