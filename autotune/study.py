@@ -118,6 +118,10 @@ def _storage(url: str):
         raise UserInputError("--storage", mask_uri(url), f"a reachable SQLAlchemy database URL ({type(e).__name__})") from None
 
 
+TRIAL_FIGURES = ("mfu", "memory_per_gpu_bytes", "xb_bytes_per_step")
+"""Measurement extras kept with each trial and logged to its MLflow child run (the cost model
+reports all three; a real backend those it measures)."""
+
 UNORDERED = ("placement", "dp_flavour", "pp_schedule", "recompute", "xb_load_balancing", "xb_loss_recovery",
              "collective")
 CATEGORICAL_SAMPLERS = ("tpe", "nsga2", "random")
@@ -643,6 +647,10 @@ class StudyRunner:
             study.set_user_attr("seed", self.seed)
             study.set_user_attr("backend", self.backend_name)
             study.set_user_attr("objectives", list(self.objectives))
+            import warnings
+            with warnings.catch_warnings():          # set_metric_names is marked experimental in Optuna 4
+                warnings.simplefilter("ignore")
+                study.set_metric_names(list(self.objectives))   # Optuna's views name the objective
         return study
 
     def _baselines(self, study) -> dict:
@@ -833,6 +841,10 @@ class StudyRunner:
         call = self._storage_call
         call(trial.set_user_attr, "breakdown", m.breakdown)
         call(trial.set_user_attr, "feasible", bool(m.feasible))
+        figures = {k: float(m.extra[k]) for k in TRIAL_FIGURES
+                   if isinstance(m.extra.get(k), (int, float)) and math.isfinite(float(m.extra[k]))}
+        if figures:
+            call(trial.set_user_attr, "figures", figures)
         if m.reason:
             call(trial.set_user_attr, "reason", m.reason)
         deficit = float(m.extra.get("memory_deficit_bytes", 0.0) or 0.0)
@@ -875,8 +887,11 @@ class StudyRunner:
                 b = base[name]["iteration_time_s"]
                 if b and math.isfinite(b) and feasible:
                     metrics[f"speedup_vs_{name}"] = b / value - 1.0
+            if feasible:
+                metrics["tokens_per_s"] = self.scenario.global_batch_seqs * self.scenario.seq_len / value
         for k, v in (t.user_attrs.get("breakdown") or {}).items():
             metrics[k] = v
+        metrics.update(t.user_attrs.get("figures") or {})
         for k, v in (t.user_attrs.get("objectives") or {}).items():
             metrics[k] = v
         tags = {"autotune.state": t.state.name}

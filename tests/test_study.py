@@ -1,6 +1,7 @@
 import math
 import time
 
+import optuna
 import pytest
 from mlflow.tracking import MlflowClient
 
@@ -152,3 +153,20 @@ def test_mlflow_environment_variables_are_honoured(tmp_path, monkeypatch):
     exp = c.get_experiment_by_name("scale-across-team")
     assert exp is not None and c.get_experiment_by_name("autotune") is None
     assert c.get_run(r["mlflow_run_id"]).info.experiment_id == exp.experiment_id
+
+
+def test_child_runs_carry_throughput_mfu_memory_and_traffic_and_optuna_names_the_objective(uris):
+    """Issue 14: child runs lacked tokens/s, MFU, memory and cross-building bytes; Optuna's own
+    views called the objective 'Objective 0'."""
+    storage, tracking = uris
+    r = run_study("llama3-8b", "campus-5bldg", strategy="random", trials=6, storage=storage, tracking_uri=tracking,
+                  study_name="figures")
+    runs = child_runs(tracking, r["mlflow_run_id"])
+    ok = [x for x in runs if x.data.metrics.get("feasible") == 1.0]
+    assert ok
+    for x in ok:
+        m = x.data.metrics
+        assert {"tokens_per_s", "mfu", "memory_per_gpu_bytes", "xb_bytes_per_step"} <= set(m)
+        assert m["tokens_per_s"] > 0 and 0 < m["mfu"] < 1 and m["memory_per_gpu_bytes"] > 0
+    study = optuna.load_study(study_name="figures", storage=storage)
+    assert study.metric_names == ["iteration_time_s"]
