@@ -6,8 +6,8 @@ import pytest
 
 def test_evaluate_json(run_cli):
     r = run_cli("evaluate", "--model", "llama3-405b", "--cluster", "campus-5bldg", "--config",
-                "tp=8,pp=16,placement=dp_out,dp_flavour=zero1,pp_schedule=1f1b,recompute=full",
-                "--simulate", "--json")
+                "tp=8,pp=8,placement=dp_out,dp_flavour=zero1,pp_schedule=1f1b,recompute=full",
+                "--global-batch", "1280", "--simulate", "--json")      # 8 micro-batches: a quick simulation
     assert r.returncode == 0, r.stderr
     d = json.loads(r.stdout)
     assert d["feasible"] and d["iteration_time_s"] > 0

@@ -7,6 +7,7 @@ import sys
 import time
 
 import optuna
+import pytest
 from mlflow.tracking import MlflowClient
 from helpers import env_with_slow_backend
 from reliability_report import record
@@ -14,6 +15,7 @@ from reliability_report import record
 KILLS = 3
 
 
+@pytest.mark.slow      # ~40 s; test_kills_and_corruption.py kills 50 times more (slow too); CI runs both
 def test_sigkill_then_resume(tmp_path):
     """Killed three times (after 6, 12 and 18 finished trials), resumed each time; then run to the end."""
     env = env_with_slow_backend(tmp_path)

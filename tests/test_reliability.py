@@ -66,7 +66,7 @@ def wait_for_complete(storage, name, n, proc, timeout_s=120):
 
 
 # ---------------------------------------------------------------- 3. concurrent workers
-@pytest.mark.parametrize("kind", ["postgresql", "sqlite"])
+@pytest.mark.parametrize("kind", [pytest.param("postgresql", marks=pytest.mark.slow), "sqlite"])
 def test_four_workers_share_one_study(kind, tmp_path, request):
     storage = request.getfixturevalue("postgres").url if kind == "postgresql" else f"sqlite:///{tmp_path}/s.db"
     tracking = f"sqlite:///{tmp_path}/m.db"
@@ -98,6 +98,7 @@ def test_four_workers_share_one_study(kind, tmp_path, request):
 
 
 # ---------------------------------------------------------------- 5. storage faults
+@pytest.mark.slow      # ~30 s with a real PostgreSQL server; CI runs it
 def test_storage_goes_away_mid_study_then_resume(postgres, tmp_path):
     env = env_with_slow_backend(tmp_path)
     name = f"outage-{os.getpid()}"

@@ -43,6 +43,7 @@ def test_closed_forms_exact_for_any_stage_times(sched, p, k, tf, tb, tw):
     assert run(sched, p, v, m, tf, tb, tw) == pytest.approx(closed_form(sched, p, v, m, tf, tb, tw), rel=1e-9)
 
 
+@pytest.mark.slow      # ~50 s; the schedule-level checks above run by default
 def test_simulated_iteration_matches_closed_form_without_communication():
     scen = idealised(build_scenario("llama3-70b", "single-building"))
     space = SearchSpace(scen, micro_batches=(1, 2))
