@@ -141,18 +141,19 @@ def _valid_scenario() -> dict:
             "cluster": preset_dict("clusters", "metro-2bldg")}
 
 
-def _leaves(tree, prefix=()):
+def leaves(tree, prefix=()):
+    """(path, value) of every scalar in a nested mapping/list (shared with test_fuzz_input)."""
     if isinstance(tree, dict):
         for k, v in tree.items():
-            yield from _leaves(v, prefix + (k,))
+            yield from leaves(v, prefix + (k,))
     elif isinstance(tree, list):
         for i, v in enumerate(tree):
-            yield from _leaves(v, prefix + (i,))
+            yield from leaves(v, prefix + (i,))
     else:
         yield prefix, tree
 
 
-def _set_path(tree, path, value):
+def set_path(tree, path, value):
     node = tree
     for p in path[:-1]:
         node = node[p]
@@ -188,15 +189,15 @@ def cases() -> list[Case]:
     for p in SCENARIO_PATHS:
         out.append(Case("scenario-path", ("space", "--scenario", p)))
     base = _valid_scenario()
-    paths = [p for p, v in _leaves(base) if p[-1] not in ("name", "source", "region")]
+    paths = [p for p, v in leaves(base) if p[-1] not in ("name", "source", "region")]
     rng = random.Random(17)
     for i in range(1400):
         p, v = rng.choice(paths), rng.choice(MUTANTS)
-        old = dict(_leaves(base))[p]
+        old = dict(leaves(base))[p]
         if v == old or (isinstance(v, bool) and not isinstance(old, str)) or (v is None and p[-1] in _OPTIONAL):
             continue
         tree = copy.deepcopy(base)
-        _set_path(tree, p, v)
+        set_path(tree, p, v)
         text = yaml.safe_dump(tree, allow_unicode=True).encode()
         out.append(Case("scenario-mutant", ("evaluate", "--scenario", "{in}/s.yaml", "--config", GOOD_CONFIG),
                         (("s.yaml", text),)))

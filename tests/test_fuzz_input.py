@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from autotune.cli import main
 from autotune.specs.presets import preset_dict
 
+from badinputs import leaves, set_path
 from reliability_report import record
 
 FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
@@ -40,28 +41,10 @@ def assert_one_line_error(code: int, err: str, field: str | None = None):
         assert field in lines[0], (field, lines[0])
 
 
-def leaves(tree, prefix=()):
-    if isinstance(tree, dict):
-        for k, v in tree.items():
-            yield from leaves(v, prefix + (k,))
-    elif isinstance(tree, list):
-        for i, v in enumerate(tree):
-            yield from leaves(v, prefix + (i,))
-    else:
-        yield prefix, tree
-
-
 SCENARIO_LEAVES = [p for p, v in leaves(VALID_SCENARIO) if isinstance(v, (int, float)) and not isinstance(v, bool)
                    and p[-1] != "source"]
 WRONG_TYPES = st.sampled_from(["abc", [1, 2], {"x": 1}, "", "1e", True])
 NEGATIVE = st.one_of(st.integers(-10**12, -1), st.floats(-1e300, -1e-9))
-
-
-def set_path(tree, path, value):
-    node = tree
-    for k in path[:-1]:
-        node = node[k]
-    node[path[-1]] = value
 
 
 @st.composite
