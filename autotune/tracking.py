@@ -6,7 +6,6 @@ Secrets in URIs are masked wherever a URI is shown or logged.
 """
 from __future__ import annotations
 
-import contextlib
 
 import logging
 import queue
@@ -16,7 +15,6 @@ from urllib.parse import parse_qsl, unquote, unquote_plus, urlsplit
 
 from .processes import THIS_PROCESS, dead_here
 
-from .errors import UserInputError
 
 EXPERIMENT = "autotune"
 """The MLflow experiment when MLFLOW_EXPERIMENT_NAME is not set (MLflow's own variable)."""
@@ -195,120 +193,6 @@ def _unreachable(e: Exception) -> bool:
                                                                  "timed out", "temporarily unavailable"))
 
 
-DB_CONNECT_TIMEOUT_s = 5
-"""How long a tracking database may take to accept a connection before the URI is refused."""
-
-
-def probe_tracking_db(uri: str) -> None:
-    """Fail fast, in one line, where MLflow would hang or print a traceback: a SQLite file that is
-    a folder, in a missing folder, or not a healthy database (sqlitecheck), and a database server
-    that does not accept a connection within DB_CONNECT_TIMEOUT_s (MLflow retries for minutes)."""
-    from .sqlitecheck import check_sqlite_url
-    check_sqlite_url(uri, "--tracking-uri", empty_ok=True)
-    scheme = uri.split(":", 1)[0].split("+", 1)[0].lower()
-    if scheme not in _DB_SCHEMES or scheme == "sqlite":
-        return
-    import sqlalchemy
-
-    from .study import _driver_url
-    try:
-        args = {"connect_timeout": DB_CONNECT_TIMEOUT_s} if scheme in ("postgresql", "postgres", "mysql") else {}
-        engine = sqlalchemy.create_engine(_driver_url(uri), connect_args=args)
-        try:
-            with engine.connect():
-                pass
-        finally:
-            engine.dispose()
-    except Exception as e:  # noqa: BLE001 - unreachable, refused, unknown driver, bad credentials
-        raise UserInputError("--tracking-uri", mask_uri(uri), f"a reachable MLflow database ({type(e).__name__})") \
-            from None
-
-
-@contextlib.contextmanager
-def schema_lock(uri: str):
-    """Hold an exclusive lock beside a SQLite tracking database while MLflow opens it: the first
-    open creates and migrates the schema, and two commands doing that at once on a fresh file made
-    one of them fail (issue 17 item 3). The lock dies with its process, so a kill never leaves it
-    held; MLflow resumes its own migrations on the next open. Other stores need no lock."""
-    from .sqlitecheck import sqlite_path
-    path = sqlite_path(uri)
-    if path is None:
-        yield
-        return
-    import fcntl
-    with open(path.with_name(path.name + ".init.lock"), "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            _set_aside_interrupted_schema(path)
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
-
-
-def _set_aside_interrupted_schema(path) -> None:
-    """A kill while MLflow creates or migrates a SQLite database's schema (alembic's batch copies of
-    tables, ``_alembic_tmp_*``, or a revision short of MLflow's head) made every later open fail for
-    good (issue 17 item 3). Called with the schema lock held, so no other process is migrating it:
-    a database that holds no run yet is moved aside (kept, renamed ``*.interrupted-<time>``) for
-    MLflow to create afresh; one that holds runs is one line naming the file and the repair."""
-    import os
-    import sqlite3
-
-    from .errors import StorageCorrupt
-    if not path.exists() or path.stat().st_size == 0:
-        return
-    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=30)
-    try:
-        tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-        if not tables:
-            return
-        rev = con.execute("SELECT version_num FROM alembic_version").fetchall() if "alembic_version" in tables else []
-        runs = con.execute("SELECT count(*) FROM runs").fetchone()[0] if "runs" in tables else 0
-    finally:
-        con.close()
-    from mlflow.store.db.utils import _get_latest_schema_revision
-    interrupted = any(t.startswith("_alembic_tmp_") for t in tables)
-    if not interrupted and rev == [(_get_latest_schema_revision(),)]:
-        return
-    if runs:
-        raise StorageCorrupt("--tracking-uri", str(path), "MLflow's schema in it is incomplete (an upgrade was interrupted, "
-                             f"revision {rev[0][0] if rev else 'none'}): back it up, drop its _alembic_tmp_* tables "
-                             f"and run `mlflow db upgrade sqlite:///{path}`")
-    aside = path.with_name(f"{path.name}.interrupted-{int(time.time())}")
-    for suffix in ("", "-wal", "-shm"):
-        src = path.with_name(path.name + suffix)
-        if src.exists():
-            os.replace(src, aside.with_name(aside.name + suffix))
-    logging.getLogger(__name__).warning("tracking database %s held a half-made MLflow schema and no run: moved "
-                                        "to %s, a new one is created", path, aside)
-
-
-@contextlib.contextmanager
-def _one_line_errors(uri: str):
-    """Any failure to open the tracking store as one masked line (MLflow repeats the URI, password
-    included, in its own messages)."""
-    try:
-        yield
-    except Exception as e:  # noqa: BLE001 - any failure to reach the tracking store
-        raise UserInputError("--tracking-uri", mask_uri(uri),
-                             f"a reachable MLflow tracking store ({type(e).__name__})") from None
-
-
-def _experiment_id(client, name: str) -> str:
-    """The experiment's id, creating it if needed; another process creating it at the same moment
-    (a server store, where no lock serialises the two) is not an error."""
-    exp = client.get_experiment_by_name(name)
-    if exp is not None:
-        return exp.experiment_id
-    try:
-        return client.create_experiment(name)
-    except Exception:  # noqa: BLE001 - lost the race: the other process's experiment is the one
-        exp = client.get_experiment_by_name(name)
-        if exp is None:
-            raise
-        return exp.experiment_id
-
-
 STALE_CHILD_RUN_S = 120.0
 """A child run not finished this long after it was created is a crashed writer's, not a slow one's."""
 
@@ -330,14 +214,15 @@ class Tracker:
         logging.getLogger("mlflow").setLevel(logging.ERROR)
         logging.getLogger("alembic").setLevel(logging.ERROR)
         self.uri = tracking_uri
+        from .tracking_store import experiment_id, one_line_errors, probe_tracking_db, schema_lock
         probe_tracking_db(tracking_uri)
-        with schema_lock(tracking_uri), _one_line_errors(tracking_uri):
+        with schema_lock(tracking_uri), one_line_errors(tracking_uri):
             # inside the try: MLflow rejects a malformed or unsupported URI with a message
             # that repeats it, password included
             mlflow.set_tracking_uri(tracking_uri)
             self.client = MlflowClient(tracking_uri)
             name = experiment_name()
-            self.experiment_id = _experiment_id(self.client, name)
+            self.experiment_id = experiment_id(self.client, name)
             found = self.client.search_runs([self.experiment_id],
                                             filter_string=f"tags.`autotune.study_name` = '{study_name}' and "
                                                           f"tags.`autotune.role` = 'study'", max_results=1)
