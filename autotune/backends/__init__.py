@@ -67,16 +67,20 @@ class CostModelBackend:
                                   "memory_per_gpu_bytes": e.memory_per_gpu_bytes})
 
 
-def _lazy(module: str, cls: str):
-    """A factory importing ``module`` only when the backend is asked for (torch is heavy)."""
+def _lazy(module: str, cls: str, name: str, extra: str | None = None):
+    """A factory importing ``module`` only when the backend is asked for (torch is heavy); with an
+    ``extra``, a missing one is a one-line error naming it first (autotune/extras.py)."""
     def make(**options):
         import importlib
+        if extra is not None:
+            from ..extras import require
+            require(extra, "--backend", name)
         return getattr(importlib.import_module(module, __package__), cls)(**options)
     return make
 
 
-BUILTIN = {"costmodel": CostModelBackend, "command": _lazy(".command", "CommandBackend"),
-           "local-torch": _lazy(".local_torch", "LocalTorchBackend")}
+BUILTIN = {"costmodel": CostModelBackend, "command": _lazy(".command", "CommandBackend", "command"),
+           "local-torch": _lazy(".local_torch", "LocalTorchBackend", "local-torch", extra="workloads")}
 
 
 def available_backends() -> dict:
@@ -91,9 +95,6 @@ def get_backend(name: str, **options) -> Backend:
     if name not in found:
         raise UserInputError("--backend", name, "one of " + ", ".join(sorted(found)))
     target = found[name]
-    if name == "local-torch":
-        from ..extras import require
-        require("workloads", "--backend", name)
     if not isinstance(target, type) and hasattr(target, "load"):
         target = target.load()
     try:
