@@ -299,7 +299,11 @@ def _print_launch(launch: dict) -> None:
 
 def _study_options(f):
     opts = [
-        click.option("--trials", type=STRICT_INT, default=100, help="finished trials the study must reach"),
+        click.option("--trials", type=STRICT_INT, default=None,
+                     help="finished trials this run adds to the study, as Optuna's n_trials (default 100 "
+                          "unless --until is given)"),
+        click.option("--until", type=STRICT_INT, default=None,
+                     help="run until the study holds this many finished trials (interrupted ones not counted)"),
         click.option("--storage", default=None, help="SQLAlchemy URL (default sqlite:///autotune.db)"),
         click.option("--study-name", "study_name", default=None),
         click.option("--tracking-uri", "tracking_uri", default=None, help="MLflow URI (default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db; the experiment is $MLFLOW_EXPERIMENT_NAME, else autotune)"),
@@ -320,8 +324,11 @@ def _study_options(f):
 
 
 def _print_study(d):
-    click.echo(f"study {d['study_name']} ({d['strategy']}) in {d['storage']}: {d['n_trials']} trials "
-               f"({d['n_failed']} failed, {d['n_infeasible']} out of memory) in {d['elapsed_s']:.1f} s")
+    if d.get("note"):
+        click.echo(d["note"])
+    click.echo(f"study {d['study_name']} ({d['strategy']}) in {d['storage']}: {d['n_trials']} trials, "
+               f"{d['n_trials_this_run']} this run ({d['n_failed']} failed, {d['n_infeasible']} out of memory) "
+               f"in {d['elapsed_s']:.1f} s")
     if d["best_config"] is None:
         click.echo("no feasible configuration found")
         return
@@ -380,7 +387,7 @@ def _objectives(text):
                    "breakdowns are the cost model's, the rank and measured_s the backend's)")
 @params_option
 @_study_options
-def study(strategy, seed, out_dir, params_file, trials, storage, study_name, tracking_uri, backend, backend_options, trial_timeout,
+def study(strategy, seed, out_dir, params_file, trials, until, storage, study_name, tracking_uri, backend, backend_options, trial_timeout,
           no_tracking, objectives, infeasible, as_json, **kw):
     """Run or resume a tuning study; every trial goes to the storage and to MLflow.
 
@@ -394,7 +401,8 @@ def study(strategy, seed, out_dir, params_file, trials, storage, study_name, tra
         _params(params_file)                               # a bad file fails here, before anything is written
         backend_options["params"] = params_file
     scen = _scenario_or_stored(kw, study_name)
-    runner = StudyRunner(scen, strategy=strategy if _given("strategy") else None, trials=trials, storage=storage,
+    runner = StudyRunner(scen, strategy=strategy if _given("strategy") else None, trials=trials, until=until,
+                         storage=storage,
                          study_name=study_name, tracking_uri=tracking_uri, seed=seed,
                          backend=backend if _given("backend") else None,
                          backend_options=backend_options or None, trial_timeout_s=trial_timeout,
@@ -439,7 +447,10 @@ def _backend_options(items) -> dict:
 @scenario_options
 @click.option("--study-name", "study_name", required=True)
 @click.option("--storage", default=None, help="the shared study's SQLAlchemy URL")
-@click.option("--trials", type=STRICT_INT, default=100, help="finished trials the shared study must reach")
+@click.option("--trials", type=STRICT_INT, default=None,
+              help="finished trials this worker adds (default 100 unless --until is given)")
+@click.option("--until", type=STRICT_INT, default=None,
+              help="run until the shared study holds this many finished trials")
 @click.option("--seed", type=STRICT_INT, default=None, help="default: derived from the process id")
 @click.option("--strategy", default=None, help="default: the study's (another one is refused)")
 @click.option("--objectives", default=None, help="default: the study's (others are refused)")
@@ -452,9 +463,9 @@ def _backend_options(items) -> dict:
 @click.option("--trial-timeout", "trial_timeout", type=STRICT_FLOAT, default=None)
 @click.option("--no-tracking", is_flag=True)
 @click.option("--json", "as_json", is_flag=True)
-def worker(study_name, storage, trials, seed, strategy, objectives, infeasible, tracking_uri, backend,
+def worker(study_name, storage, trials, until, seed, strategy, objectives, infeasible, tracking_uri, backend,
            backend_options, trial_timeout, no_tracking, as_json, **kw):
-    """Join an existing study (same storage) and run trials until it has --trials.
+    """Join an existing study (same storage) and add --trials trials to it (or run --until it holds N).
 
     Everything that defines the study (scenario, strategy, objectives, infeasible handling,
     backend and its options, tracking URI) is read from the study; an option given with another
@@ -463,8 +474,9 @@ def worker(study_name, storage, trials, seed, strategy, objectives, infeasible, 
 
     from .study import StudyRunner
     scen = _scenario_or_stored(kw, study_name)
-    runner = StudyRunner(scen, strategy=strategy, trials=trials, storage=storage, study_name=study_name,
-                         tracking_uri=tracking_uri, seed=seed if seed is not None else os.getpid(),
+    runner = StudyRunner(scen, strategy=strategy, trials=trials, until=until, storage=storage,
+                         study_name=study_name, tracking_uri=tracking_uri,
+                         seed=seed if seed is not None else os.getpid(),
                          backend=backend, backend_options=_backend_options(backend_options) or None,
                          trial_timeout_s=trial_timeout, track=not no_tracking, infeasible=infeasible,
                          objectives=_objectives(objectives), join=True,

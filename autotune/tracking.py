@@ -16,6 +16,15 @@ from urllib.parse import parse_qsl, unquote, unquote_plus, urlsplit
 from .processes import THIS_PROCESS, dead_here
 
 
+DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
+
+
+def default_tracking_uri() -> str:
+    """MLflow's convention: MLFLOW_TRACKING_URI when set, else a SQLite file in the working folder."""
+    import os
+    return (os.environ.get("MLFLOW_TRACKING_URI") or "").strip() or DEFAULT_TRACKING_URI
+
+
 EXPERIMENT = "autotune"
 """The MLflow experiment when MLFLOW_EXPERIMENT_NAME is not set (MLflow's own variable)."""
 
@@ -209,8 +218,6 @@ class Tracker:
         import mlflow
         from mlflow.tracking import MlflowClient
 
-        from .study import _tune_sqlite
-        _tune_sqlite()
         logging.getLogger("mlflow").setLevel(logging.ERROR)
         logging.getLogger("alembic").setLevel(logging.ERROR)
         self.uri = tracking_uri

@@ -25,10 +25,10 @@ def probe_tracking_db(uri: str) -> None:
         return
     import sqlalchemy
 
-    from .study import _driver_url
+    from .dburl import driver_url
     try:
         args = {"connect_timeout": DB_CONNECT_TIMEOUT_s} if scheme in ("postgresql", "postgres", "mysql") else {}
-        engine = sqlalchemy.create_engine(_driver_url(uri), connect_args=args)
+        engine = sqlalchemy.create_engine(driver_url(uri), connect_args=args)
         try:
             with engine.connect():
                 pass
@@ -55,6 +55,8 @@ def schema_lock(uri: str):
         fcntl.flock(f, fcntl.LOCK_EX)
         try:
             _set_aside_interrupted_schema(path)
+            from .dburl import use_wal
+            use_wal(uri)            # MLflow's own engine then writes in WAL mode too
             yield
         finally:
             fcntl.flock(f, fcntl.LOCK_UN)

@@ -198,9 +198,8 @@ def test_injection_through_a_tampered_shared_study_never_runs(tmp_path, monkeypa
     scen = build_scenario("llama3-8b", "metro-2bldg")
     for p in payloads(marker)[:4]:
         bad = with_model_name(scen, p)
-        study.set_user_attr("scenario_json", bad.model_dump_json())
-        study.set_user_attr("scenario_key", bad.key)
-        code, out, err = run(["worker", "--study-name", "shared", "--storage", storage, "--trials", "3",
+        study._storage.set_study_system_attr(study._study_id, "autotune:scenario_json", bad.model_dump_json())
+        code, out, err = run(["worker", "--study-name", "shared", "--storage", storage, "--until", "3",
                               "--backend", "command", "--backend-option", f"template=echo {{model}}; {JSON_LINE}",
                               "--no-tracking"])
         assert not marker.exists(), p
@@ -307,8 +306,8 @@ def in_memory_storage(monkeypatch):
     no plots (they take longer than the study)."""
     from autotune import report
     from autotune import study as study_mod
-    monkeypatch.setattr(study_mod, "_storage", lambda url: optuna.storages.InMemoryStorage())
-    monkeypatch.setattr(study_mod.StudyRunner, "_ask_lock", lambda self: contextlib.nullcontext())
+    from autotune.study import runner as study_runner
+    monkeypatch.setattr(study_runner, "open_storage", lambda url: optuna.storages.InMemoryStorage())
     def no_plot(data, path, *a, **kw):
         open(path, "wb").close()
     monkeypatch.setattr(report, "convergence_plot", no_plot)
@@ -383,8 +382,9 @@ def test_no_password_in_exit_3_lines(in_memory_storage, monkeypatch, tmp_path):
     class Gone(optuna.storages.InMemoryStorage):
         def get_n_trials(self, *a, **kw):
             raise sqlalchemy.exc.OperationalError("SELECT 1", {}, Exception("server closed the connection"))
-    monkeypatch.setattr(in_memory_storage, "_storage", lambda url: Gone())
-    monkeypatch.setattr(in_memory_storage, "STORAGE_RETRIES", 0)
+    from autotune.study import runner, storage
+    monkeypatch.setattr(runner, "open_storage", lambda url: Gone())
+    monkeypatch.setattr(storage, "STORAGE_RETRIES", 0)
     for uri in URIS:
         code, out, err = run(["study", *SMALL, "--strategy", "random", "--trials", "1", "--storage", uri,
                               "--no-tracking"])
@@ -404,7 +404,8 @@ def test_no_password_when_tracking_goes_away(in_memory_storage, monkeypatch, tmp
         def log_study(self, *a, **kw): ...
         def log_artifact(self, *a, **kw): ...
         def flush(self, *a, **kw): ...
-    monkeypatch.setattr(in_memory_storage, "Tracker", DeadTracker)
+    from autotune.study import session
+    monkeypatch.setattr(session, "Tracker", DeadTracker)
     for uri in URIS:
         code, out, err = run(["study", *SMALL, "--strategy", "random", "--trials", "1", "--storage", uri,
                               "--tracking-uri", uri])
@@ -558,7 +559,7 @@ def test_bad_backend_option_of_a_worker_is_exit_2(tmp_path, monkeypatch):
     storage = f"sqlite:///{tmp_path}/s.db"
     assert run(["study", *SCEN, "--strategy", "random", "--trials", "1", "--storage", storage,
                 "--study-name", "w", "--no-tracking"])[0] == 0
-    code, out, err = run(["worker", "--study-name", "w", "--storage", storage, "--trials", "2", "--backend", "command",
+    code, out, err = run(["worker", "--study-name", "w", "--storage", storage, "--until", "2", "--backend", "command",
                           "--backend-option", "template=echo {tp", "--no-tracking"])
     assert_one_line_error(code, err, "--backend-option template")
 

@@ -77,7 +77,7 @@ def test_four_workers_share_one_study(kind, tmp_path, request):
     assert r.returncode == 0, r.stderr[-2000:]
     env = dict(os.environ, PYTHONWARNINGS="ignore")
     workers = [subprocess.Popen([sys.executable, "-m", "autotune.cli", "worker", "--study-name", name, "--storage",
-                                 storage, "--trials", str(target), "--tracking-uri", tracking, "--json"],
+                                 storage, "--until", str(target), "--tracking-uri", tracking, "--json"],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
                for _ in range(4)]
     outs = [w.communicate(timeout=600) for w in workers]

@@ -42,14 +42,20 @@ def test_study_contract_tracking_and_baselines(uris):
     assert parent.data.metrics["best_iteration_time_s"] == pytest.approx(r["best_iteration_time_s"])
 
 
-def test_resume_by_name_reaches_the_budget_without_duplicates(uris):
+def test_resume_by_name_adds_trials_or_runs_until_a_total_without_duplicates(uris):
+    """Issue 14: --trials adds (Optuna's n_trials), --until N runs to a total, and a study that
+    already holds its --until says so instead of silently doing nothing."""
     storage, tracking = uris
     a = run_study("llama3-8b", "campus-5bldg", strategy="random", trials=12, storage=storage, tracking_uri=tracking,
                   study_name="resume-me")
-    b = run_study("llama3-8b", "campus-5bldg", strategy="random", trials=20, storage=storage, tracking_uri=tracking,
+    b = run_study("llama3-8b", "campus-5bldg", strategy="random", trials=5, storage=storage, tracking_uri=tracking,
                   study_name="resume-me")
-    assert b["n_trials"] == 20 and a["mlflow_run_id"] == b["mlflow_run_id"]
+    assert b["n_trials"] == 17 and b["n_trials_this_run"] == 5 and a["mlflow_run_id"] == b["mlflow_run_id"]
+    c = run_study(storage=storage, tracking_uri=tracking, study_name="resume-me", until=20)
+    assert c["n_trials"] == 20 and c["n_trials_this_run"] == 3 and "note" not in c
     assert sorted(int(x.data.tags["autotune.trial"]) for x in child_runs(tracking, b["mlflow_run_id"])) == list(range(20))
+    d = run_study(storage=storage, tracking_uri=tracking, study_name="resume-me", until=20)
+    assert d["n_trials"] == 20 and d["n_trials_this_run"] == 0 and "already holds 20" in d["note"]
     with pytest.raises(UserInputError) as ei:
         run_study("llama3-70b", "campus-5bldg", strategy="random", trials=5, storage=storage, tracking_uri=tracking,
                   study_name="resume-me")
@@ -135,7 +141,7 @@ def test_a_trial_killed_before_recording_its_owner_is_failed_when_a_quick_resume
     run_study("llama3-8b", "campus-5bldg", strategy="random", trials=3, storage=storage, track=False,
               study_name="quick")
     optuna.load_study(study_name="quick", storage=storage).ask()      # the killed process's trial
-    run_study("llama3-8b", "campus-5bldg", strategy="random", trials=5, storage=storage, track=False,
+    run_study("llama3-8b", "campus-5bldg", strategy="random", until=5, storage=storage, track=False,
               study_name="quick")
     trials = optuna.load_study(study_name="quick", storage=storage).trials
     assert not [t for t in trials if t.state == optuna.trial.TrialState.RUNNING]

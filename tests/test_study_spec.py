@@ -64,7 +64,7 @@ def storage(tmp_path, monkeypatch):
 def test_a_worker_joins_a_multi_objective_study(storage):
     ok(["study", *SCEN, "--strategy", "nsga2", "--objectives", TWO, "--trials", "3", "--storage", storage,
         "--study-name", "mo", "--no-tracking", "--json"])
-    d = ok(["worker", "--study-name", "mo", "--storage", storage, "--trials", "8", "--no-tracking", "--json"])
+    d = ok(["worker", "--study-name", "mo", "--storage", storage, "--until", "8", "--no-tracking", "--json"])
     assert d["objectives"] == TWO.split(",") and d["strategy"] == "nsga2" and d["n_trials"] >= 8
     assert d["pareto_front"]
     st = optuna.load_study(study_name="mo", storage=storage)
@@ -75,7 +75,7 @@ def test_a_worker_keeps_out_of_memory_trials_as_constraints(storage):
     """A --infeasible constraint study was run as `fail` by its workers."""
     ok(["study", *OOM, "--strategy", "tpe", "--infeasible", "constraint", "--trials", "2", "--storage", storage,
         "--study-name", "c", "--no-tracking", "--json"])
-    ok(["worker", "--study-name", "c", "--storage", storage, "--trials", "20", "--no-tracking", "--json"])
+    ok(["worker", "--study-name", "c", "--storage", storage, "--until", "20", "--no-tracking", "--json"])
     trials = optuna.load_study(study_name="c", storage=storage).trials
     oom = [t for t in trials[2:] if t.user_attrs.get("feasible") is False]
     assert oom, "the worker should have met out-of-memory configurations"
@@ -88,7 +88,7 @@ def test_a_worker_inherits_backend_options_and_tracking_uri(storage, tmp_path):
     tracking = f"sqlite:///{tmp_path}/tracked.db"
     ok(["study", *SCEN, "--strategy", "random", "--trials", "2", "--backend", "command", "--backend-option", TEMPLATE,
         "--storage", storage, "--study-name", "b", "--tracking-uri", tracking, "--json"])
-    d = ok(["worker", "--study-name", "b", "--storage", storage, "--trials", "5", "--json"])
+    d = ok(["worker", "--study-name", "b", "--storage", storage, "--until", "5", "--json"])
     assert d["best_iteration_time_s"] == 2.5 and not d["tracking_errors"]
     assert not (tmp_path / "mlflow.db").exists()      # logged where the study logs, not to the default
     from mlflow.tracking import MlflowClient
@@ -102,7 +102,7 @@ def test_given_options_equal_to_the_stored_ones_are_accepted(storage):
     ok(["study", *SCEN, "--strategy", "tpe", "--objectives", TWO, "--infeasible", "constraint", "--trials", "2",
         "--storage", storage, "--study-name", "same", "--no-tracking", "--json"])
     d = ok(["worker", *SCEN, "--strategy", "tpe", "--objectives", TWO, "--infeasible", "constraint",
-            "--backend", "costmodel", "--study-name", "same", "--storage", storage, "--trials", "4", "--no-tracking",
+            "--backend", "costmodel", "--study-name", "same", "--storage", storage, "--until", "4", "--no-tracking",
             "--json"])
     assert d["n_trials"] == 4
 
@@ -111,9 +111,9 @@ def test_given_options_equal_to_the_stored_ones_are_accepted(storage):
 def test_a_resume_inherits_what_it_is_not_given(storage):
     ok(["study", *OOM, "--strategy", "tpe", "--objectives", TWO, "--infeasible", "constraint", "--trials", "2",
         "--storage", storage, "--study-name", "r", "--no-tracking", "--json"])
-    d = ok(["study", *OOM, "--study-name", "r", "--storage", storage, "--trials", "12", "--no-tracking", "--json"])
+    d = ok(["study", *OOM, "--study-name", "r", "--storage", storage, "--trials", "10", "--no-tracking", "--json"])
     assert d["objectives"] == TWO.split(",") and d["strategy"] == "tpe" and d["n_trials"] == 12
-    d = ok(["study", "--study-name", "r", "--storage", storage, "--trials", "14", "--no-tracking", "--json"])
+    d = ok(["study", "--study-name", "r", "--storage", storage, "--until", "14", "--no-tracking", "--json"])
     assert d["n_trials"] == 14                        # the scenario too, from the study
     trials = optuna.load_study(study_name="r", storage=storage).trials
     assert [t for t in trials if t.user_attrs.get("feasible") is False]
@@ -174,9 +174,10 @@ def test_the_spec_is_frozen_compact_and_round_trips(storage):
                                                                              "constraint", "command")
     assert dict(spec.backend_options) == {"template": TEMPLATE.partition("=")[2]}
     assert spec.tracking_uri == "http://mlflow.example.com:5000"
-    assert spec.scenario_key == attrs["scenario_key"]
+    assert spec.scenario_key in attrs["scenario"]
     assert StudySpec.from_attr(spec.to_attr()) == spec
     assert len(json.dumps(attrs[SPEC_ATTR])) < 400            # the scenario by its key, not its JSON
+    assert len(json.dumps(attrs)) < 600 and "scenario_json" not in attrs and "baselines" not in attrs    # issue 14
     with pytest.raises(dataclasses.FrozenInstanceError):
         spec.strategy = "random"
 
@@ -187,9 +188,9 @@ def test_a_secret_in_the_tracking_uri_is_not_stored(storage):
     StudyRunner(build_scenario("llama3-8b", "metro-2bldg", gpus=8), strategy="random", trials=1, storage=storage,
                 study_name="secret", tracking_uri="http://alice:hunter2@127.0.0.1:1/", track=False).run()
     assert "hunter2" not in json.dumps(optuna.load_study(study_name="secret", storage=storage).user_attrs)
-    code, out, err = run(["worker", "--study-name", "secret", "--storage", storage, "--trials", "2"])
+    code, out, err = run(["worker", "--study-name", "secret", "--storage", storage, "--until", "2"])
     assert code == 2 and len(err.strip().splitlines()) == 1 and "--tracking-uri" in err and "hunter2" not in err
-    assert ok(["worker", "--study-name", "secret", "--storage", storage, "--trials", "2", "--no-tracking",
+    assert ok(["worker", "--study-name", "secret", "--storage", storage, "--until", "2", "--no-tracking",
                "--json"])["n_trials"] == 2
 
 
@@ -207,16 +208,16 @@ def legacy_study(storage: str, name: str, strategy: str = "random") -> None:
 def test_an_older_study_without_a_spec_still_works(storage):
     from autotune.study import SPEC_ATTR
     legacy_study(storage, "old")
-    assert ok(["worker", "--study-name", "old", "--storage", storage, "--trials", "3", "--no-tracking",
+    assert ok(["worker", "--study-name", "old", "--storage", storage, "--until", "3", "--no-tracking",
                "--json"])["strategy"] == "random"
-    d = ok(["study", *SCEN, "--strategy", "random", "--study-name", "old", "--storage", storage, "--trials", "5",
+    d = ok(["study", *SCEN, "--strategy", "random", "--study-name", "old", "--storage", storage, "--until", "5",
             "--no-tracking", "--json"])
     assert d["n_trials"] == 5
     assert SPEC_ATTR not in optuna.load_study(study_name="old", storage=storage).user_attrs
     code, out, err = run(["study", *OTHER, "--study-name", "old", "--storage", storage, "--trials", "6",
                           "--no-tracking"])
     assert code == 2 and "different scenario" in err
-    code, out, err = run(["worker", "--strategy", "tpe", "--study-name", "old", "--storage", storage, "--trials", "6",
+    code, out, err = run(["worker", "--strategy", "tpe", "--study-name", "old", "--storage", storage, "--until", "6",
                           "--no-tracking"])
     assert code == 2 and "--strategy" in err and "'random'" in err
 
@@ -242,7 +243,7 @@ def test_workers_continue_the_startup_where_the_study_is(storage):
     ok(["study", *SCEN, "--strategy", "tpe", "--trials", "5", "--storage", storage, "--study-name", "w",
         "--no-tracking", "--json"])
     for target in ("12", "30", "34"):
-        ok(["worker", "--study-name", "w", "--storage", storage, "--trials", target, "--no-tracking", "--json"])
+        ok(["worker", "--study-name", "w", "--storage", storage, "--until", target, "--no-tracking", "--json"])
     assert len(startup_trials(storage, "w")) == STARTUP_TRIALS
 
 
@@ -254,7 +255,7 @@ def test_concurrent_workers_share_one_startup(storage):
         "--no-tracking", "--json"])
     env = dict(os.environ, PYTHONWARNINGS="ignore")
     procs = [subprocess.Popen([sys.executable, "-m", "autotune.cli", "worker", "--study-name", "cw", "--storage",
-                               storage, "--trials", "45", "--no-tracking", "--json"],
+                               storage, "--until", "45", "--no-tracking", "--json"],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) for _ in range(3)]
     for p in procs:
         out, err = p.communicate(timeout=300)

@@ -2,20 +2,18 @@
 (zero-shot); with a larger budget it keeps sampling from the policy and the study keeps the best."""
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from autotune.strategies.base import Strategy
+from autotune.trials import proposed_by
 
 
-@dataclass
 class PPOStrategy(Strategy):
-    name: str = "ppo"
-    policy: str | None = None
+    name = "ppo"
+
+    def __init__(self, policy: str | None = None):
+        self.policy = policy
 
     def bind(self, space, encoding, seed):
         super().bind(space, encoding, seed)
-        import numpy as np
-
         from autotune.envs.design_points import make_point
         from autotune.envs.scale_across import ScaleAcrossEnv
 
@@ -28,11 +26,13 @@ class PPOStrategy(Strategy):
         self._env = ScaleAcrossEnv(design_points=_One())
         self._obs, _ = self._env.reset(seed=seed)
         self._masks = self._env.action_masks()
-        self._n = 0
-        self._rng = np.random.default_rng(seed)
 
-    def propose(self):
-        deterministic = self._n == 0
-        self._n += 1
+    def propose(self, study):
+        """The policy's deterministic choice while the study holds none of its proposals; then
+        samples of the policy, drawn with a torch seed taken from the study (as one process would)."""
+        deterministic = not proposed_by(study, self.name)
+        if not deterministic:
+            import torch
+            torch.manual_seed(int(self.rng(study).integers(0, 2**63 - 1)))
         action, _ = self._model.predict(self._obs, action_masks=self._masks, deterministic=deterministic)
         return self.encoding.encode(self._env.decode(action))

@@ -1,42 +1,57 @@
-"""The Strategy interface: propose, observe, best (Optuna's Sampler spirit, one small protocol).
+"""The Strategy interface: a stateless object that reads the study (Optuna's ``BaseSampler`` spirit).
 
-A strategy proposes configurations in the flat encoding (``autotune.encoding``), or returns None
-to let the Optuna sampler of the study choose. Strategies never know which backend measures.
+Life cycle, the same in the first process, a resume and every worker of a study:
+
+1. ``make_strategy(name, **options)`` builds it from its options only.
+2. ``bind(space, encoding, seed)``, once per process: it may prepare what depends only on these
+   (PPO loads its policy, exhaustive ranks the space); never progress.
+3. ``propose(study)`` before each trial, given the Optuna study: it returns the encoded
+   configuration to measure (a dict in ``autotune.encoding``'s flat encoding), ``SAMPLER`` to let
+   the study's Optuna sampler choose, or ``EXHAUSTED`` when it has nothing left to propose. All
+   progress is read from the study's trials (which ones it proposed: the ``source`` user attribute;
+   how many there are), so a resumed study, or one of several workers, continues where the study
+   is, as one process would.
+4. ``sampler(seed, n_objectives)``: the Optuna sampler the study runs with.
+
+Strategies never know which backend measures.
 """
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, field
+import abc
+import enum
+
+import numpy as np
 
 
-@dataclass
-class Observation:
-    params: dict
-    config: object
-    value: float            # iteration time in seconds (nan when the measurement failed)
-    feasible: bool
+class Proposal(enum.Enum):
+    """What ``propose`` returns when it returns no configuration."""
+    SAMPLER = "let the study's Optuna sampler choose"
+    EXHAUSTED = "nothing left to propose: the study stops"
 
 
-@dataclass
-class Strategy:
+SAMPLER, EXHAUSTED = Proposal.SAMPLER, Proposal.EXHAUSTED
+
+
+class Strategy(abc.ABC):
     name: str = "strategy"
-    sampler_name: str = "random"       # the Optuna sampler the study runs with
-    max_trials: int | None = None      # a strategy with a fixed number of proposals
-    history: list = field(default_factory=list)
-    study: object = field(default=None, repr=False, compare=False)
-    """The Optuna study proposed for, set by the study runner before ``bind``. As Optuna's samplers
-    do, a strategy derives its progress from the study's trials, not from what this process
-    proposed: a resumed study, or one of several workers, continues where the study is."""
+    sampler_name: str = "random"
+    """The Optuna sampler the study runs with (``SAMPLER`` proposals are its)."""
+    seeded_with_baselines: bool = True
+    """Whether a new study measures the production and sota configurations first (a search
+    strategy's best is then never slower than either); a baseline strategy is itself one."""
 
     def bind(self, space, encoding, seed: int) -> None:
-        self.space, self.encoding, self.seed = space, encoding, seed
+        self.space, self.encoding, self.seed = space, encoding, int(seed)
 
-    def propose(self) -> dict | None:
-        return None
+    @abc.abstractmethod
+    def propose(self, study) -> dict | Proposal:
+        """The next encoded configuration, SAMPLER or EXHAUSTED, from the study's trials only."""
 
-    def observe(self, obs: Observation) -> None:
-        self.history.append(obs)
+    def sampler(self, seed: int, n_objectives: int = 1):
+        from .optuna_samplers import make_sampler
+        return make_sampler(self.sampler_name, seed, n_objectives)
 
-    def best(self) -> Observation | None:
-        ok = [o for o in self.history if o.feasible and not math.isnan(o.value)]
-        return min(ok, key=lambda o: o.value) if ok else None
+    def rng(self, study) -> np.random.Generator:
+        """A generator that depends on the seed and the number of trials the study holds only: a
+        resume or a worker draws what one process would have drawn at the same point."""
+        return np.random.default_rng([self.seed, study._storage.get_n_trials(study._study_id)])

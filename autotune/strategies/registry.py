@@ -22,7 +22,7 @@ def make_strategy(name: str, **options):
     if name == "exhaustive":
         return ExhaustiveStrategy()
     if name in ("production", "sota"):
-        return FixedStrategy(name=name)
+        return FixedStrategy(name)
     if name == "ppo":
         from ..agents.ppo_strategy import PPOStrategy
         return PPOStrategy(**options)

@@ -1,79 +1,77 @@
 """Random search, the exhaustive referee, and the two baselines as strategies."""
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
 from ..space import config_at
-from .base import Strategy
+from ..trials import is_interrupted, proposed_by, trial_config
+from .base import EXHAUSTED, Strategy
 
 
-@dataclass
 class RandomStrategy(Strategy):
     """Uniform over the legal space (not over the raw product, which is mostly illegal)."""
-    name: str = "random"
+    name = "random"
 
-    def bind(self, space, encoding, seed):
-        super().bind(space, encoding, seed)
-        self._rng = np.random.default_rng(seed)
-
-    def propose(self):
-        b = self.space.sample(1, seed=int(self._rng.integers(0, 2**63 - 1)))
+    def propose(self, study):
+        b = self.space.sample(1, seed=int(self.rng(study).integers(0, 2**63 - 1)))
         return self.encoding.encode(config_at(b, 0))
 
 
-@dataclass
 class ExhaustiveStrategy(Strategy):
-    """The whole legal space, vectorised through the cost model, best first. With another
-    backend, the cost model's ranking orders what gets measured."""
-    name: str = "exhaustive"
+    """The whole legal space, vectorised through the cost model, best first: each proposal is the
+    best-ranked configuration the study does not hold yet. With another backend, the cost model's
+    ranking orders what gets measured."""
+    name = "exhaustive"
+    RANKED = 4096
+    """How many of the best-ranked configurations it proposes at most."""
 
     def bind(self, space, encoding, seed):
         super().bind(space, encoding, seed)
-        self._order = None
-        self._next = 0
+        self._order = None          # the ranking depends on the space only: computed once per process
 
-    def _rank(self, limit=4096):
+    def _rank(self):
         from ..costmodel import evaluate_batch
         best_t, best_rows = [], []
         for batch in self.space.enumerate():
             out = evaluate_batch(self.space.scenario, batch, check=False)
             t = np.where(out["feasible"], out["iteration_time_s"], np.inf)
-            k = min(limit, len(t))
+            k = min(self.RANKED, len(t))
             idx = np.argpartition(t, k - 1)[:k]
             best_t.append(t[idx])
             best_rows.append([config_at(batch, int(i)) for i in idx])
         t = np.concatenate(best_t)
         rows = [c for r in best_rows for c in r]
-        order = np.argsort(t, kind="stable")[:limit]
+        order = np.argsort(t, kind="stable")[:self.RANKED]
         return [rows[i] for i in order if np.isfinite(t[i])]
 
-    def propose(self):
+    def propose(self, study):
         if self._order is None:
             self._order = self._rank()
-        if self._next >= len(self._order):
-            return None
-        cfg = self._order[self._next]
-        self._next += 1
-        return self.encoding.encode(cfg)
+        held = set()
+        for t in study.get_trials(deepcopy=False):
+            if t.params and not is_interrupted(t):
+                c = trial_config(t) or self.encoding.decode(t.params).model_dump()
+                held.add(tuple(sorted(c.items())))
+        for cfg in self._order:
+            if tuple(sorted(cfg.model_dump().items())) not in held:
+                return self.encoding.encode(cfg)
+        return EXHAUSTED
 
 
-@dataclass
 class FixedStrategy(Strategy):
-    """Proposes one configuration computed from the scenario (a baseline)."""
-    name: str = "production"
-    max_trials: int | None = 1
+    """Proposes one configuration computed from the scenario (a baseline), once per study."""
+    seeded_with_baselines = False
+
+    def __init__(self, name: str = "production"):
+        self.name = name
 
     def bind(self, space, encoding, seed):
         super().bind(space, encoding, seed)
         from ..baselines import production_config, sota_config
         make = production_config if self.name == "production" else sota_config
         self._config = make(space.scenario, space)
-        self._done = False
 
-    def propose(self):
-        if self._done or self._config is None:
-            return None
-        self._done = True
+    def propose(self, study):
+        if self._config is None or proposed_by(study, self.name):
+            return EXHAUSTED
         return self.encoding.encode(self._config)

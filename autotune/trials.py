@@ -1,0 +1,75 @@
+"""Reading a study's stored trials: the one place that knows which user attributes a trial carries.
+
+Written by ``autotune.study`` (each finished trial) and read by the study, the strategies (their
+progress is the study's) and the MLflow callback, none of which import each other for it.
+
+A trial carries its configuration under the knob names themselves (``tp: 4``, ``pp: 16``,
+``placement: dp_out``, ``dp: 512``), so Optuna's own views (``optuna best-trial``,
+optuna-dashboard) show the configuration, not the sampler's encoded indices (its params).
+"""
+from __future__ import annotations
+
+import optuna
+
+from .specs import Config
+
+KNOBS = tuple(Config.model_fields)
+"""User attributes holding a trial's decoded configuration, one per knob."""
+INTERRUPTED = "interrupted"
+"""Reason prefix of a trial whose process died mid-trial: failed, and never counted as done."""
+SOURCE = "source"
+"""User attribute naming who proposed a trial (a strategy's name, or a baseline's); absent when the
+study's Optuna sampler chose it."""
+
+COMPLETE, FAIL, RUNNING = optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.FAIL, \
+    optuna.trial.TrialState.RUNNING
+
+
+def config_attrs(config: Config) -> dict:
+    """The user attributes that store a configuration: one per knob, plus ``dp`` (derived)."""
+    return config.model_dump()
+
+
+def trial_config(t) -> dict | None:
+    """A stored trial's configuration as a dict of knob values (None before it was decoded).
+    Reads the per-knob attributes, and the ``config`` mapping older studies stored."""
+    ua = t.user_attrs
+    if isinstance(ua.get("config"), dict):
+        return ua["config"]
+    if all(k in ua for k in KNOBS):
+        return {k: ua[k] for k in KNOBS}
+    return None
+
+
+def is_interrupted(t) -> bool:
+    """A failed trial its process never finished: failed as orphaned (our reason), or failed by
+    Optuna's heartbeat check before it recorded any measurement."""
+    if t.state != FAIL:
+        return False
+    reason = str(t.user_attrs.get("reason", ""))
+    return reason.startswith(INTERRUPTED) or ("feasible" not in t.user_attrs and not reason)
+
+
+def proposed_by(study, source: str, include_running: bool = True) -> list:
+    """Trials the study holds that ``source`` proposed, interrupted ones left out (they are
+    proposed again)."""
+    states = (COMPLETE, FAIL, RUNNING) if include_running else (COMPLETE, FAIL)
+    return [t for t in study.get_trials(deepcopy=False, states=states)
+            if t.user_attrs.get(SOURCE) == source and not is_interrupted(t)]
+
+
+def feasible_trials(study) -> list:
+    """Completed trials whose configuration fits in memory, with their values."""
+    return [t for t in study.get_trials(deepcopy=False, states=(COMPLETE,))
+            if t.user_attrs.get("feasible") and t.values]
+
+
+def best_trial(study):
+    """The fastest feasible trial (first objective), or None."""
+    ok = feasible_trials(study)
+    return min(ok, key=lambda t: t.values[0]) if ok else None
+
+
+def feasible_values(trials) -> list:
+    """First-objective value per trial in order, None where it failed or did not fit (convergence)."""
+    return [t.values[0] if t.state == COMPLETE and t.user_attrs.get("feasible") else None for t in trials]
