@@ -24,6 +24,7 @@ import numpy as np
 import yaml
 
 from .costmodel import evaluate
+from .specs.codes import Placement, Recompute
 from .errors import UserInputError
 from .space import SearchSpace, config_at, take
 from .specs import Scenario
@@ -55,7 +56,8 @@ def design(scenario: Scenario, runnable, n_configs: int = 14, seed: int = 0) -> 
     n_configs, in a seeded random order (so a small cluster still yields enough distinct runs)."""
     space = SearchSpace(scenario, cp_values=(1,), micro_batches=(1, 2, 4), chunks=(2,), queue_pairs=(1,), overlap=(0, 1))
     core = space.legal_core
-    keep = (core["tp"] == 1) & (core["ep"] == 1) & (core["recompute"] == 0) & (core["placement"] <= 1)
+    keep = (core["tp"] == 1) & (core["ep"] == 1) & (core["recompute"] == Recompute.NONE) & \
+        np.isin(core["placement"], (Placement.DP_OUT, Placement.PP_OUT))
     rows = take(core, keep)
     rng = np.random.default_rng(seed)
     groups: dict = {}

@@ -18,7 +18,7 @@ def driver_url(url: str) -> str:
         from .extras import missing
         if missing("postgres") and importlib.util.find_spec("psycopg2") is None:
             from .extras import require
-            from .tracking import mask_uri
+            from .masking import mask_uri
             require("postgres", "--storage", mask_uri(url))
     if url.startswith(("postgresql://", "postgres://")):
         if importlib.util.find_spec("psycopg2") is None:

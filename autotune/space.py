@@ -15,6 +15,7 @@ from functools import cached_property
 import numpy as np
 
 from .errors import UserInputError
+from .specs.codes import DPFlavour, LoadBalancing, Placement, PPSchedule, Protocol, Recompute
 from .specs.config import CATEGORICAL, FIELDS, PP_SCHEDULES, Config
 from .specs.scenario import Scenario
 
@@ -24,7 +25,6 @@ TRANSPORT = ("xb_load_balancing", "xb_queue_pairs", "xb_loss_recovery", "collect
              "nccl_channels", "nccl_buffer_mib", "dp_bucket_mib")
 """Knobs of the transport grid: crossed with every legal core row (they never make a row illegal
 except through the per-knob rules below)."""
-_PROTO = {name: i for i, name in enumerate(CATEGORICAL["nccl_protocol"])}
 CHUNK_ROWS = 1 << 22
 """Candidate rows (degrees x core knobs) masked at a time while the legal core is built."""
 BYTES_PER_CORE_ROW = 104
@@ -33,9 +33,8 @@ MAX_LEGAL_CORE_BYTES = 6 * 2**30
 """Most memory the legal core rows may take (6 GiB: a quarter of a 24 GiB machine); the
 exhaustive search adds evaluation chunks of a fixed size on top."""
 
-_SCHED = {name: i for i, name in enumerate(PP_SCHEDULES)}
-_SINGLE_CHUNK = tuple(_SCHED[s] for s in ("gpipe", "1f1b", "zb1p", "zb2p"))
-_V_SHAPED = (_SCHED["zbv"], _SCHED["dualpipev"])
+_SINGLE_CHUNK = (PPSchedule.GPIPE, PPSchedule.ONE_F_ONE_B, PPSchedule.ZB1P, PPSchedule.ZB2P)
+_V_SHAPED = (PPSchedule.ZBV, PPSchedule.DUALPIPEV)
 
 
 def _divisors(n: int) -> list[int]:
@@ -97,7 +96,7 @@ class SearchSpace:
         self.chunks = tuple(chunks)
         self.overlap = tuple(overlap)
         self.schedules = tuple(schedules)
-        unknown = [s for s in self.schedules if s not in _SCHED]
+        unknown = [s for s in self.schedules if s not in PP_SCHEDULES]
         if unknown:
             raise UserInputError("schedules", unknown[0], ", ".join(PP_SCHEDULES))
         multi = scenario.cluster.n_buildings > 1
@@ -120,9 +119,9 @@ class SearchSpace:
                            ("buckets_mib", buckets_mib)):
             if not vals:
                 raise UserInputError(name, vals, "at least one value")
-        bad = [p for p in protocols if p not in _PROTO]
+        bad = [p for p in protocols if p not in Protocol.labels()]
         if bad:
-            raise UserInputError("protocols", bad[0], ", ".join(_PROTO))
+            raise UserInputError("protocols", bad[0], ", ".join(Protocol.labels()))
         # where the transport does not cross buildings, its knobs take NCCL's defaults only
         self.protocols = tuple(p for p in protocols if ll128 or p != "ll128") if multi else ("auto",)
         self.channels = tuple(channels) if multi else (4,)
@@ -192,35 +191,36 @@ class SearchSpace:
         out["batch"] = (gb % np.maximum(local, 1)) != 0
         mcount = gb // np.maximum(local, 1)
         has_pp = pp > 1
-        out["no_pp"] = (~has_pp) & ((sc != _SCHED["1f1b"]) | (v != 1))
+        out["no_pp"] = (~has_pp) & ((sc != PPSchedule.ONE_F_ONE_B) | (v != 1))
         single = np.isin(sc, _SINGLE_CHUNK)
         vshape = np.isin(sc, _V_SHAPED)
-        out["chunks"] = has_pp & ((single & (v != 1)) | (vshape & (v != 2)) | ((sc == _SCHED["interleaved_1f1b"]) & (v < 2)))
-        out["microbatches"] = has_pp & (sc != _SCHED["gpipe"]) & (
-            (mcount < pp) | ((sc == _SCHED["interleaved_1f1b"]) & (mcount % pp != 0)))
+        out["chunks"] = has_pp & ((single & (v != 1)) | (vshape & (v != 2)) | ((sc == PPSchedule.INTERLEAVED_1F1B) & (v < 2)))
+        out["microbatches"] = has_pp & (sc != PPSchedule.GPIPE) & (
+            (mcount < pp) | ((sc == PPSchedule.INTERLEAVED_1F1B) & (mcount % pp != 0)))
         # placement
         if B == 1:
-            bad_pl = pl != 0
+            bad_pl = pl != Placement.DP_OUT
         else:
             mp = tp * cp * pp
             whole_replicas = np.ones_like(tp, dtype=bool) if uniform else np.all(
                 [bd.gpus % mp == 0 for bd in c.buildings], axis=0)
             f_pp = self._hybrid_pp(B)
-            ok = [
+            ok = [      # in Placement's order: dp_out, pp_out, hybrid, ep_out, cp_out
                 (dp % B == 0) & whole_replicas & (((dp * cp // np.maximum(ep, 1)) % B == 0) | (ep == 1)),
                 (pp % B == 0) & uniform,
                 (f_pp > 0) & (pp % max(f_pp, 1) == 0) & (dp % max(B // max(f_pp, 1), 1) == 0) & uniform & (f_pp > 0),
                 (ep % B == 0) & (ep > 1) & uniform,
                 (cp % B == 0) & (cp > 1) & uniform,
             ]
-            bad_pl = ~np.select([pl == i for i in range(5)], ok, False)
+            bad_pl = ~np.select([pl == p for p in Placement], ok, False)
         out["placement"] = bad_pl
-        spans = (pl != 1) & (B > 1)
+        spans = (pl != Placement.PP_OUT) & (B > 1)
         if B > 1:
-            spans = spans & ~((pl == 2) & (self._hybrid_pp(B) == 0))
-        out["flavour"] = ((dp * cp == 1) & (fl != 0)) | ((fl == 3) & ~(spans & (dp * cp > B)))
-        out["spray_qps"] = (np.asarray(b["xb_load_balancing"]) == 2) & (np.asarray(b["xb_queue_pairs"]) != 1)
-        out["ll128"] = (np.asarray(b["nccl_protocol"]) == _PROTO["ll128"]) & (not self.ll128)
+            spans = spans & ~((pl == Placement.HYBRID) & (self._hybrid_pp(B) == 0))
+        out["flavour"] = ((dp * cp == 1) & (fl != DPFlavour.DDP)) | ((fl == DPFlavour.HSDP) & ~(spans & (dp * cp > B)))
+        out["spray_qps"] = (np.asarray(b["xb_load_balancing"]) == LoadBalancing.PACKET_SPRAY) & \
+            (np.asarray(b["xb_queue_pairs"]) != 1)
+        out["ll128"] = (np.asarray(b["nccl_protocol"]) == Protocol.LL128) & (not self.ll128)
         chn = np.asarray(b["nccl_channels"], dtype=np.int64)
         out["channels"] = (chn < 1) | (chn > 64)
         out["bucket"] = np.asarray(b["dp_bucket_mib"], dtype=np.int64) > self._grad_mib()
@@ -279,15 +279,16 @@ class SearchSpace:
         """Placement x flavour x (schedule, chunks) x micro-batch x recompute x overlap."""
         sv = []
         for sname in self.schedules:
-            code = _SCHED[sname]
+            code = PPSchedule.of(sname)
             if sname == "interleaved_1f1b":
                 sv += [(code, c) for c in self.chunks]
             elif sname in ("zbv", "dualpipev"):
                 sv.append((code, 2))
             else:
                 sv.append((code, 1))
-        grids = np.meshgrid(np.arange(5), np.arange(4), np.arange(len(sv)), np.array(self.micro_batches),
-                            np.arange(3), np.array(self.overlap), indexing="ij")
+        grids = np.meshgrid(np.arange(len(Placement)), np.arange(len(DPFlavour)), np.arange(len(sv)),
+                            np.array(self.micro_batches), np.arange(len(Recompute)), np.array(self.overlap),
+                            indexing="ij")
         flat = [g.ravel() for g in grids]
         sv = np.array(sv, dtype=np.int64)
         return {"placement": flat[0].astype(np.int8), "dp_flavour": flat[1].astype(np.int8),
@@ -310,7 +311,7 @@ class SearchSpace:
                             for chn in self.channels:
                                 for bf in self.buffers_mib:
                                     for bk in self.buckets_mib:
-                                        rows.append((lbi, q, lri, ci, _PROTO[pr], chn, bf, bk))
+                                        rows.append((lbi, q, lri, ci, Protocol.of(pr), chn, bf, bk))
         a = np.array(rows, dtype=np.int64)
         out = {k: a[:, i] for i, k in enumerate(TRANSPORT)}
         for k in TRANSPORT:

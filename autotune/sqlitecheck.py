@@ -33,7 +33,7 @@ def check_sqlite_url(url: str, option: str, empty_ok: bool = False) -> None:
     path = sqlite_path(url)
     if path is None:
         return
-    from .tracking import mask_uri
+    from .masking import mask_uri
     url = mask_uri(url)
     if path.is_dir():
         raise UserInputError(option, url, "a SQLite file path (this is a folder)")

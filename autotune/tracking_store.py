@@ -8,7 +8,7 @@ import logging
 import time
 
 from .errors import UserInputError
-from .tracking import _DB_SCHEMES, mask_uri
+from .masking import _DB_SCHEMES, mask_uri
 
 DB_CONNECT_TIMEOUT_s = 5
 """How long a tracking database may take to accept a connection before the URI is refused."""
@@ -39,9 +39,20 @@ def probe_tracking_db(uri: str) -> None:
             from None
 
 
+def lock_path(path) -> str:
+    """The lock file for a database file: in the temporary folder, named by a hash of the file's
+    real path (never a stray file beside the user's database). Processes that share a SQLite
+    file share a host, hence a temporary folder."""
+    import hashlib
+    import os
+    import tempfile
+    digest = hashlib.sha256(os.path.realpath(path).encode()).hexdigest()[:24]
+    return os.path.join(tempfile.gettempdir(), f"autotune-{digest}.lock")
+
+
 @contextlib.contextmanager
 def schema_lock(uri: str):
-    """Hold an exclusive lock beside a SQLite tracking database while MLflow opens it: the first
+    """Hold an exclusive lock (``lock_path``) on a SQLite tracking database while MLflow opens it: the first
     open creates and migrates the schema, and two commands doing that at once on a fresh file made
     one of them fail (issue 17 item 3). The lock dies with its process, so a kill never leaves it
     held; MLflow resumes its own migrations on the next open. Other stores need no lock."""
@@ -51,7 +62,7 @@ def schema_lock(uri: str):
         yield
         return
     import fcntl
-    with open(path.with_name(path.name + ".init.lock"), "a") as f:
+    with open(lock_path(path), "a") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
         try:
             _set_aside_interrupted_schema(path)

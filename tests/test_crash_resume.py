@@ -21,7 +21,7 @@ def test_sigkill_then_resume(tmp_path):
     env = env_with_slow_backend(tmp_path)
     storage, tracking = f"sqlite:///{tmp_path}/s.db", f"sqlite:///{tmp_path}/m.db"
     args = [sys.executable, "-m", "autotune.cli", "study", "--model", "llama3-8b", "--cluster", "single-building",
-            "--strategy", "random", "--trials", "30", "--backend", "slow", "--storage", storage,
+            "--strategy", "random", "--until", "30", "--backend", "slow", "--storage", storage,
             "--tracking-uri", tracking, "--study-name", "crash", "--json"]
     before = {}
     for kill in range(1, KILLS + 1):

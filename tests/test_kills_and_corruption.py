@@ -30,7 +30,7 @@ KILLS = 50
 
 def study_args(tmp: Path, name: str = "s", backend: str = "slow") -> list[str]:
     return [sys.executable, "-m", "autotune.cli", "study", "--model", "llama3-8b", "--cluster", "single-building",
-            "--gpus", "64", "--strategy", "random", "--trials", str(TRIALS), "--backend", backend,
+            "--gpus", "64", "--strategy", "random", "--until", str(TRIALS), "--backend", backend,
             "--storage", f"sqlite:///{tmp}/s.db", "--tracking-uri", f"sqlite:///{tmp}/m.db", "--study-name", name,
             "--json"]
 

@@ -102,7 +102,7 @@ def test_four_workers_share_one_study(kind, tmp_path, request):
 def test_storage_goes_away_mid_study_then_resume(postgres, tmp_path):
     env = env_with_slow_backend(tmp_path)
     name = f"outage-{os.getpid()}"
-    args = [sys.executable, "-m", "autotune.cli", "study", *SCEN, "--strategy", "random", "--trials", "40",
+    args = [sys.executable, "-m", "autotune.cli", "study", *SCEN, "--strategy", "random", "--until", "40",
             "--backend", "slow", "--storage", postgres.url, "--study-name", name, "--no-tracking", "--json"]
     p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     wait_for_complete(postgres.url, name, 6, p)
@@ -135,7 +135,7 @@ def test_tracking_server_goes_away_mid_study_then_resume(tmp_path):
     env = env_with_slow_backend(tmp_path)
     storage = f"sqlite:///{tmp_path}/s.db"
     name = f"tracking-outage-{os.getpid()}"
-    args = [sys.executable, "-m", "autotune.cli", "study", *SCEN, "--strategy", "random", "--trials", "30",
+    args = [sys.executable, "-m", "autotune.cli", "study", *SCEN, "--strategy", "random", "--until", "30",
             "--backend", "slow", "--storage", storage, "--study-name", name, "--tracking-uri", server.url, "--json"]
     try:
         p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)

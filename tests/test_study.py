@@ -172,7 +172,7 @@ def test_child_runs_carry_throughput_mfu_memory_and_traffic_and_optuna_names_the
     assert ok
     for x in ok:
         m = x.data.metrics
-        assert {"tokens_per_s", "mfu", "memory_per_gpu_bytes", "xb_bytes_per_step"} <= set(m)
+        assert {"tokens_per_s", "mfu", "memory_per_gpu_bytes", "xb_bytes_per_step", "xb_bytes_per_gpu", "nvlink_bytes_per_gpu"} <= set(m)
         assert m["tokens_per_s"] > 0 and 0 < m["mfu"] < 1 and m["memory_per_gpu_bytes"] > 0
     study = optuna.load_study(study_name="figures", storage=storage)
     assert study.metric_names == ["iteration_time_s"]

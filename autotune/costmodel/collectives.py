@@ -37,10 +37,11 @@ import math
 
 import numpy as np
 
+from ..specs.codes import Collective
 from . import nccl as N
 from .xp import NUMPY
 
-COLL_AUTO, COLL_RING, COLL_TREE, COLL_HIER = range(4)
+COLL_AUTO, COLL_RING, COLL_TREE, COLL_HIER = Collective   # codes: specs/codes.py
 KIND_AR, KIND_AG = 2, 1          # steps per member: all-reduce 2(n-1), all-gather / reduce-scatter n-1
 
 
@@ -338,7 +339,7 @@ def collective(kind, algo, proto, size_bytes, n_in, n_x, bw_in, a_in, bw_x_ring,
 
     # PAT: only NCCL's own choice runs it, and only with the Simple protocol
     pat_rows = False if only_ar else (xp.logical_not(is_ar) & (algo == COLL_AUTO)
-                                      & ((proto == 0) | (proto == N.PROTO_SIMPLE))
+                                      & ((proto == N.PROTO_AUTO) | (proto == N.PROTO_SIMPLE))
                                       & (pat_ok + 0.0 * n_in > 0.5) & (n > 1.0))
 
     def choose(kd, size, nn, bw, pok):
@@ -346,7 +347,7 @@ def collective(kind, algo, proto, size_bytes, n_in, n_x, bw_in, a_in, bw_x_ring,
         return xp.where(use_t, 1.0, 0.0), p_t, p_r
     choose.n_out = 3
     # NCCL's tuner runs only where something is left to it (protocol auto or collective nccl_auto)
-    auto_tree, tree_p, ring_p = xp.on_rows((proto == 0) | (algo == COLL_AUTO), choose, kind, size_bytes, n, bw_sel,
+    auto_tree, tree_p, ring_p = xp.on_rows((proto == N.PROTO_AUTO) | (algo == COLL_AUTO), choose, kind, size_bytes, n, bw_sel,
                                            xp.where(pat_rows, 1.0, 0.0) + 0.0 * n_in)
     auto_tree = auto_tree > 0.5
     not_hier = xp.logical_not(is_hier)

@@ -6,8 +6,8 @@ arithmetic; no Python loop runs per configuration. ``evaluate`` is this path wit
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
 
+from ..specs.codes import Recompute
 import numpy as np
 
 from ..specs.config import CATEGORICAL, FIELDS
@@ -22,15 +22,11 @@ from .pipeline import (S_1F1B, S_DUALPIPEV, S_GPIPE, S_INTERLEAVED, S_ZBV, bubbl
 from .terms import (F_DDP, F_FSDP, F_HSDP, F_ZERO1, P_CP_OUT, P_DP_OUT, P_EP_OUT, P_HYBRID,  # noqa: F401
                     P_PP_OUT, Transport, dp_comm, layout)
 from .scenario_consts import FSDP_EVERY_PASS, FSDP_FORWARD, FSDP_NEVER, scenario_consts, tier_of_span
+from .result import BREAKDOWN_KEYS, Evaluation, infeasible_reason  # noqa: F401 - public here too
 from .xp import NUMPY, SCALAR
 
-if TYPE_CHECKING:
-    from .result import Evaluation
 
-R_NONE, R_SELECTIVE, R_FULL = range(3)
-
-BREAKDOWN_KEYS = ("compute_s", "tp_comm_s", "cp_comm_s", "ep_comm_s", "pp_bubble_s", "pp_comm_s",
-                  "dp_comm_s", "optimizer_s")
+R_NONE, R_SELECTIVE, R_FULL = Recompute   # codes: specs/codes.py
 
 
 CHUNK_ROWS = 12288
@@ -355,18 +351,11 @@ def _scalar_row(config) -> dict:
     return row
 
 
-def infeasible_reason(memory_bytes: float, hbm_bytes: float) -> str:
-    need, have = memory_bytes / 2**30, hbm_bytes / 2**30
-    return (f"out of memory: needs {need:.1f} GiB per GPU, has {have:.1f} GiB "
-            f"(short by {memory_bytes - hbm_bytes:.0f} bytes)")
-
-
 def evaluate(scenario: Scenario, config, params: CostParams | None = None, *, check: bool = True) -> "Evaluation":
     """One configuration with its full breakdown: the batch formulas on one row (Python floats).
     ``check``: first raise a one-line UserInputError naming the rule the configuration breaks
     (tp beyond the NVLink domain, degrees that do not multiply to the GPU count...); False for
     a caller that took it from a SearchSpace or wants the model's number for it regardless."""
-    from .result import Evaluation
     if check:
         from ..space import rules_for
         rules_for(scenario).check(config)

@@ -17,11 +17,13 @@ Every value is read from NCCL 2.30.7 (github.com/NVIDIA/nccl, commit 5067397c26)
   never sees distance.
 - ``src/graph/paths.cc``: P2P channels per network peer = max(NICs, bw / 14 GB/s), a power of 2.
 
-Protocol codes follow ``specs.config.PROTOCOLS``: auto, simple, ll128, ll.
+Protocol codes are ``specs.codes.Protocol``: auto, simple, ll128, ll.
 """
 from __future__ import annotations
 
-PROTO_AUTO, PROTO_SIMPLE, PROTO_LL128, PROTO_LL = range(4)
+from ..specs.codes import Protocol
+
+PROTO_AUTO, PROTO_SIMPLE, PROTO_LL128, PROTO_LL = Protocol   # codes: specs/codes.py
 
 NCCL_STEPS = 8
 """Slots per connection and channel (device.h)."""

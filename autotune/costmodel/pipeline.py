@@ -5,9 +5,10 @@ t_b backward for inputs, t_w backward for weights (t_b + t_w = the usual backwar
 """
 from __future__ import annotations
 
+from ..specs.codes import PPSchedule
 from .xp import NUMPY
 
-S_GPIPE, S_1F1B, S_INTERLEAVED, S_ZB1P, S_ZB2P, S_ZBV, S_DUALPIPEV = range(7)
+S_GPIPE, S_1F1B, S_INTERLEAVED, S_ZB1P, S_ZB2P, S_ZBV, S_DUALPIPEV = PPSchedule   # codes: specs/codes.py
 
 
 def bubble_time(sched, p, v, t_f, t_b, t_w, xp=NUMPY):

@@ -3,7 +3,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .iteration import BREAKDOWN_KEYS, infeasible_reason
+BREAKDOWN_KEYS = ("compute_s", "tp_comm_s", "cp_comm_s", "ep_comm_s", "pp_bubble_s", "pp_comm_s",
+                  "dp_comm_s", "optimizer_s")
+
+
+def infeasible_reason(memory_bytes: float, hbm_bytes: float) -> str:
+    need, have = memory_bytes / 2**30, hbm_bytes / 2**30
+    return (f"out of memory: needs {need:.1f} GiB per GPU, has {have:.1f} GiB "
+            f"(short by {memory_bytes - hbm_bytes:.0f} bytes)")
 
 
 @dataclass(frozen=True)

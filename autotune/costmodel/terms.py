@@ -11,14 +11,16 @@ from typing import NamedTuple
 
 import numpy as np
 
+from ..specs.codes import DPFlavour, Placement
+
 from . import constants as C
 from .collectives import KIND_AG, KIND_AR, collective
 from .network import effective_bandwidth_Bps, recovery_stall
 from .params import CostParams
 from .scenario_consts import ScenarioConsts, tier_of_span
 
-P_DP_OUT, P_PP_OUT, P_HYBRID, P_EP_OUT, P_CP_OUT = range(5)
-F_DDP, F_ZERO1, F_FSDP, F_HSDP = range(4)
+P_DP_OUT, P_PP_OUT, P_HYBRID, P_EP_OUT, P_CP_OUT = Placement   # codes: specs/codes.py
+F_DDP, F_ZERO1, F_FSDP, F_HSDP = DPFlavour   # codes: specs/codes.py
 
 TRANSPORT_KNOBS = ("xb_load_balancing", "xb_loss_recovery", "xb_queue_pairs", "nccl_channels", "nccl_buffer_mib")
 

@@ -71,8 +71,8 @@ class BuildingSpec(BaseModel):
     @classmethod
     def _resolve_gpu(cls, v):
         if isinstance(v, str):
-            from .presets import load_preset
-            return load_preset("hardware", v)
+            from .preset_tables import preset_dict
+            return HardwareSpec.model_validate(preset_dict("hardware", v))
         return v
 
 

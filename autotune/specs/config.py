@@ -1,7 +1,7 @@
 """The configuration: the decision autotune searches over.
 
-Categorical knobs are declared once here, as ordered tuples; the search space and the cost
-model refer to a choice by its index in these tuples (its *code*).
+Categorical knobs are declared once, as enums in ``specs/codes.py``; the tuples here are their
+labels in code order, and the search space and the cost model refer to a choice by its code.
 """
 from __future__ import annotations
 
@@ -9,23 +9,25 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-PLACEMENTS = ("dp_out", "pp_out", "hybrid", "ep_out", "cp_out")
+from .codes import Collective, DPFlavour, LoadBalancing, LossRecovery, Placement, PPSchedule, Protocol, Recompute
+
+PLACEMENTS = Placement.labels()
 """Which parallel dimension spans buildings. hybrid = buildings split over both dp and pp."""
-DP_FLAVOURS = ("ddp", "zero1", "fsdp", "hsdp")
-PP_SCHEDULES = ("gpipe", "1f1b", "interleaved_1f1b", "zb1p", "zb2p", "zbv", "dualpipev")
+DP_FLAVOURS = DPFlavour.labels()
+PP_SCHEDULES = PPSchedule.labels()
 TORCH_SCHEDULE_NAMES = {
     "gpipe": "ScheduleGPipe", "1f1b": "Schedule1F1B", "interleaved_1f1b": "ScheduleInterleaved1F1B",
     "zb1p": "ScheduleInterleavedZeroBubble", "zb2p": "ScheduleInterleavedZeroBubble",
     "zbv": "ScheduleZBVZeroBubble", "dualpipev": "ScheduleDualPipeV",
 }
-RECOMPUTE = ("none", "selective", "full")
-LOAD_BALANCING = ("ecmp", "qp_spray", "packet_spray")
-LOSS_RECOVERY = ("gbn", "sr")
-COLLECTIVES = ("nccl_auto", "ring", "tree", "hierarchical")
+RECOMPUTE = Recompute.labels()
+LOAD_BALANCING = LoadBalancing.labels()
+LOSS_RECOVERY = LossRecovery.labels()
+COLLECTIVES = Collective.labels()
 """Algorithms a real library runs for data-parallel collectives: NCCL's own choice (its tuner,
 ring or tree by size), NCCL ring, NCCL tree (all-reduce; all-gather / reduce-scatter use ring),
 and hierarchical as frameworks build it (HSDP, NCCLX-style: inside, across, inside)."""
-PROTOCOLS = ("auto", "simple", "ll128", "ll")
+PROTOCOLS = Protocol.labels()
 """NCCL_PROTO: auto = NCCL's tuner picks per collective by size."""
 
 CATEGORICAL = {

@@ -48,7 +48,7 @@ class Strategy(abc.ABC):
         """The next encoded configuration, SAMPLER or EXHAUSTED, from the study's trials only."""
 
     def sampler(self, seed: int, n_objectives: int = 1):
-        from .optuna_samplers import make_sampler
+        from .samplers import make_sampler
         return make_sampler(self.sampler_name, seed, n_objectives)
 
     def rng(self, study) -> np.random.Generator:

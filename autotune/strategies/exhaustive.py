@@ -11,9 +11,9 @@ from ..costmodel.bounds import bound_params, transport_free
 from ..costmodel.iteration import evaluate_batch
 from ..costmodel.params import CostParams
 from ..space import SearchSpace, config_at, take
-from ..specs.config import LOAD_BALANCING, LOSS_RECOVERY
+from ..specs.codes import LoadBalancing, LossRecovery
 
-_SR, _ECMP = LOSS_RECOVERY.index("sr"), LOAD_BALANCING.index("ecmp")
+_SR, _ECMP = LossRecovery.SR, LoadBalancing.ECMP
 
 
 @dataclass

@@ -16,6 +16,7 @@ import os
 import socket
 import threading
 import time
+import warnings
 
 import optuna
 
@@ -46,6 +47,11 @@ def owner_may_still_log(t) -> bool:
     return (dt.datetime.now() - t.datetime_complete).total_seconds() < CATCH_UP_AFTER_s
 
 
+def _beats(storage) -> bool:
+    """Whether the storage keeps Optuna's heartbeat (a database storage, possibly behind Optuna's cache)."""
+    return hasattr(storage, "record_heartbeat") and bool(storage.get_heartbeat_interval())
+
+
 def _fail(study, t, why: str) -> bool:
     try:
         study._storage.set_trial_user_attr(t._trial_id, "reason", f"{INTERRUPTED}: {why}")
@@ -60,9 +66,11 @@ def fail_orphaned_trials(study) -> list[int]:
     workers are left alone. Returns the numbers of the trials this call failed."""
     failed = []
     st = study._storage
-    if isinstance(st, optuna.storages.RDBStorage) and st.is_heartbeat_enabled():
+    if _beats(st):
         stale_before = {t.number for t in study.get_trials(deepcopy=False, states=(RUNNING,))}
-        optuna.storages.fail_stale_trials(study)          # no heartbeat for grace_period: any host
+        with warnings.catch_warnings():                   # marked experimental in Optuna
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            optuna.storages.fail_stale_trials(study)      # no heartbeat for grace_period: any host
         failed += [t.number for t in study.get_trials(deepcopy=False)
                    if t.number in stale_before and t.state == optuna.trial.TrialState.FAIL]
     for t in study.get_trials(deepcopy=False, states=(RUNNING,)):
@@ -96,7 +104,7 @@ def heartbeat(study, trial_id: int):
     """Record Optuna's heartbeat for a running trial every ``heartbeat_interval`` seconds while the
     block runs (a database storage with the heartbeat on; nothing otherwise)."""
     st = study._storage
-    if not (isinstance(st, optuna.storages.RDBStorage) and st.is_heartbeat_enabled()):
+    if not _beats(st):
         yield
         return
     st.record_heartbeat(trial_id)

@@ -13,7 +13,7 @@ from ..encoding import FlatEncoding
 from ..errors import ServiceUnavailable, StorageCorrupt, UserInputError
 from ..space import SearchSpace
 from ..specs import Config
-from ..tracking import mask_uri
+from ..masking import mask_uri
 from .options import Given, check_given, check_run_options, resolve
 from .optimize import Budget
 from .spec import BASELINES_BLOB, SPEC_ATTR, StudySpec, read_blob, write_new_study
@@ -85,7 +85,7 @@ class StudyRunner:
                 raise UserInputError("--study-name", self.study_name, "the name of an existing study in that storage")
         try:
             attrs = stored_attrs(self._storage(), self.study_name)
-        except UserInputError:
+        except (UserInputError, StorageCorrupt):
             raise
         except Exception as e:  # noqa: BLE001
             raise UserInputError("--storage", mask_uri(self.storage_url), f"a reachable database ({type(e).__name__})") \

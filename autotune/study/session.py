@@ -8,7 +8,7 @@ import time
 from ..errors import ServiceUnavailable
 from ..tracking import Tracker, mask_uri
 from .liveness import fail_orphaned_trials, owner_may_still_log
-from .optimize import Loop
+from .optimize import Budget, Loop
 from .summary import summarise
 
 
@@ -30,7 +30,7 @@ def run_session(run) -> dict:
     # alive but slow to record its owner, finds it told by another and logs nothing
     orphaned = set(fail_orphaned_trials(study))
     base = run._baselines(study)
-    budget = run.budget
+    budget = Budget(run.budget.trials, run.budget.until)       # each run counts its own trials
     if budget.until is not None and len(study.trials) and budget.spent(_finished(study)):
         run.note = f"the study already holds {budget.until} or more finished trials (--until {budget.until}): " \
                    "nothing to run; give --trials N to add N more"

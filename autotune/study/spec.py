@@ -128,7 +128,7 @@ def _plain(v):
 def stored_option(key: str, value) -> tuple[object, bool]:
     """(value as stored, whether a secret was masked): a secret-looking key, or a value holding a
     URI password or a secret-looking key=value, is never written to the study."""
-    from ..tracking import MASK, _secret_key, mask_text
+    from ..masking import MASK, _secret_key, mask_text
     v = _plain(value)
     if v is None or isinstance(v, bool):
         return v, False

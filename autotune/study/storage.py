@@ -9,7 +9,7 @@ import optuna
 import sqlalchemy.exc
 
 from ..errors import ServiceUnavailable, UserInputError
-from ..tracking import mask_uri
+from ..masking import mask_uri
 from ..trials import RUNNING
 from .spec import SCENARIO_BLOB
 

@@ -6,7 +6,7 @@ import math
 
 import optuna
 
-from ..tracking import mask_uri
+from ..masking import mask_uri
 from ..trials import best_trial, feasible_trials, trial_config
 from .measure import failure_kinds
 

@@ -15,9 +15,10 @@ from ..strategies.optuna_samplers import CONSTRAINT_KEY, SUPPORTS_CONSTRAINTS
 from ..trials import config_attrs
 from .storage import TOLD_BY_ANOTHER
 
-TRIAL_FIGURES = ("mfu", "memory_per_gpu_bytes", "xb_bytes_per_step")
+TRIAL_FIGURES = ("mfu", "memory_per_gpu_bytes", "xb_bytes_per_step", "xb_bytes_per_gpu", "nvlink_bytes_per_gpu")
 """Measurement extras kept with each trial (user attribute ``figures``) and logged to its MLflow
-child run (the cost model reports all three; a real backend those it measures)."""
+child run: MFU, memory, and bytes per tier (cross-building per step and per GPU, NVLink per GPU).
+The cost model reports all of them; a real backend those it measures."""
 
 
 @dataclass(frozen=True)
@@ -53,7 +54,8 @@ class Recorder:
             told = call(study.tell, trial, state=fail)        # out of memory: failed with its reason
         else:
             deficit = float(m.extra.get("memory_deficit_bytes", 0.0) or 0.0)
-            call(trial.set_constraint, CONSTRAINT_KEY, deficit / self.hbm_bytes if not m.feasible else 0.0)
+            if self.sampler_name in SUPPORTS_CONSTRAINTS:
+                call(trial.set_constraint, CONSTRAINT_KEY, deficit / self.hbm_bytes if not m.feasible else 0.0)
             values = self._values(m)
             if values is None:
                 call(trial.set_user_attr, "reason", f"backend {self.backend_name!r} does not report {self.objectives[1:]}")
