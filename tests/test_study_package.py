@@ -18,7 +18,7 @@ from autotune.trials import SOURCE, trial_config
 from tests.tools.imports import cycles, graph
 
 ROOT = Path(__file__).resolve().parents[1]
-SCEN = dict(model="llama3-8b", cluster="campus-5bldg")
+SCEN = dict(model="llama3-8b", cluster="campus-5bldg", gpus=320)
 STRATEGIES = ["random", "tpe", "exhaustive", "production", "sota", "cmaes", "nsga2", "ppo"]
 
 

@@ -1,7 +1,6 @@
 """Random search, the exhaustive referee, and the two baselines as strategies."""
 from __future__ import annotations
 
-import numpy as np
 
 from ..space import config_at
 from ..trials import is_interrupted, proposed_by, trial_config
@@ -30,19 +29,10 @@ class ExhaustiveStrategy(Strategy):
         self._order = None          # the ranking depends on the space only: computed once per process
 
     def _rank(self):
-        from ..costmodel import evaluate_batch
-        best_t, best_rows = [], []
-        for batch in self.space.enumerate():
-            out = evaluate_batch(self.space.scenario, batch, check=False)
-            t = np.where(out["feasible"], out["iteration_time_s"], np.inf)
-            k = min(self.RANKED, len(t))
-            idx = np.argpartition(t, k - 1)[:k]
-            best_t.append(t[idx])
-            best_rows.append([config_at(batch, int(i)) for i in idx])
-        t = np.concatenate(best_t)
-        rows = [c for r in best_rows for c in r]
-        order = np.argsort(t, kind="stable")[:self.RANKED]
-        return [rows[i] for i in order if np.isfinite(t[i])]
+        """The RANKED fastest feasible configurations by the cost model, fastest first: the exact
+        top K of the branch-and-bound search (``exhaustive_search``)."""
+        from .exhaustive import exhaustive_search
+        return [c for c, _ in exhaustive_search(self.space, top_k=self.RANKED).top]
 
     def propose(self, study):
         if self._order is None:
