@@ -3,9 +3,11 @@
 Written by ``autotune.study`` (each finished trial) and read by the study, the strategies (their
 progress is the study's) and the MLflow callback, none of which import each other for it.
 
-A trial carries its configuration under the knob names themselves (``tp: 4``, ``pp: 16``,
-``placement: dp_out``, ``dp: 512``), so Optuna's own views (``optuna best-trial``,
-optuna-dashboard) show the configuration, not the sampler's encoded indices (its params).
+A trial carries its decoded configuration in the user attribute ``config``, keyed by the knob names
+(``config: {tp: 4, pp: 16, dp: 512, placement: dp_out, ...}``), so Optuna's own views
+(``optuna best-trial``, optuna-dashboard) show the configuration beside the sampler's encoded
+indices (its params). One attribute, not one per knob: each attribute is its own storage write
+(~1.8 ms on SQLite), and 21 more writes per trial doubled a 1,000-trial study's time.
 """
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ import optuna
 from .specs import Config
 
 KNOBS = tuple(Config.model_fields)
-"""User attributes holding a trial's decoded configuration, one per knob."""
+"""The knobs of a stored configuration."""
 INTERRUPTED = "interrupted"
 """Reason prefix of a trial whose process died mid-trial: failed, and never counted as done."""
 SOURCE = "source"
@@ -26,19 +28,14 @@ COMPLETE, FAIL, RUNNING = optuna.trial.TrialState.COMPLETE, optuna.trial.TrialSt
 
 
 def config_attrs(config: Config) -> dict:
-    """The user attributes that store a configuration: one per knob, plus ``dp`` (derived)."""
-    return config.model_dump()
+    """The user attribute that stores a configuration (every knob, ``dp`` included)."""
+    return {"config": config.model_dump()}
 
 
 def trial_config(t) -> dict | None:
-    """A stored trial's configuration as a dict of knob values (None before it was decoded).
-    Reads the per-knob attributes, and the ``config`` mapping older studies stored."""
-    ua = t.user_attrs
-    if isinstance(ua.get("config"), dict):
-        return ua["config"]
-    if all(k in ua for k in KNOBS):
-        return {k: ua[k] for k in KNOBS}
-    return None
+    """A stored trial's configuration as a dict of knob values (None before it was decoded)."""
+    c = t.user_attrs.get("config")
+    return c if isinstance(c, dict) else None
 
 
 def is_interrupted(t) -> bool:

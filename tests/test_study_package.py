@@ -86,7 +86,7 @@ def test_optuna_best_trial_prints_real_knob_values(tmp_path):
                           "--study-name", "bt", "-f", "json"], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     best = json.loads(out.stdout)
-    ua = best["user_attrs"]
+    ua = best["user_attrs"]["config"]
     assert {"tp", "pp", "dp", "cp", "ep", "placement", "dp_flavour", "pp_schedule"} <= set(ua)
     assert ua["placement"] in ("dp_out", "pp_out", "hybrid", "ep_out", "cp_out")
     assert ua["tp"] * ua["pp"] * ua["dp"] * ua["cp"] == _scenario().n_gpus
