@@ -7,6 +7,8 @@ import os
 import re
 import sys
 
+from pathlib import Path
+
 import click
 
 from .errors import ServiceUnavailable, StorageCorrupt, UserInputError
@@ -163,6 +165,93 @@ def evaluate(config_text, simulate, params_file, as_json, **kw):
         _print_launch(d["launch"])
         if "simulated" in d:
             click.echo(f"  simulated iteration: {d['simulated']['iteration_time_s']:.4f} s")
+    _emit(data, as_json, human)
+
+
+@cli.command()
+@scenario_options
+@click.option("--config", "config_text", default=None,
+              help='the configuration to explain ("tp=8,pp=16,..." or a YAML file); default: the exact optimum')
+@params_option
+@click.option("--out", "out_dir", default=None, help="folder for explain.png (breakdowns and attribution)")
+@click.option("--json", "as_json", is_flag=True)
+def explain(config_text, params_file, out_dir, as_json, **kw):
+    """Why a configuration beats production, naive and sota: breakdowns side by side, the knobs
+    that differ and the time each saves when changed alone (the rest: interactions)."""
+    from .explain import explain as run_explain
+    from .explain import explain_plot
+    params, scen = _params(params_file), _scenario(kw)
+    if out_dir is not None:
+        from .launch import check_out_dir
+        check_out_dir(out_dir)
+    try:
+        cfg = None
+        if config_text is not None:
+            from .configparse import make_config, parse_config_text
+            cfg = make_config(parse_config_text(config_text), scen.n_gpus)
+        data = run_explain(scen, cfg, params) | _header(scen)
+    except UserInputError:
+        if out_dir is not None and config_text is not None:      # still draw the baselines, then say why
+            from .explain import baselines_only
+            explain_plot(baselines_only(scen, params), Path(out_dir) / "explain.png",
+                         "baselines only: the given configuration is illegal")
+        raise
+    if out_dir is not None:
+        data["files"] = [str(Path(out_dir) / "explain.png")]
+        explain_plot(data, data["files"][0], f"{scen.model.name} x {scen.cluster.name}")
+
+    def human(d):
+        _print_header(d)
+        e = d["evaluation"]
+        click.echo("explained: " + ",".join(f"{k}={v}" for k, v in d["config"].items()))
+        _print_evaluation(e)
+        for name, b in d["baselines"].items():
+            if b.get("config") is None:
+                click.echo(f"vs {name}: {b['reason']}")
+                continue
+            be = b["evaluation"]
+            click.echo(f"vs {name}: {be['iteration_time_s']:.4f} s"
+                       + ("" if be["feasible"] else f" (INFEASIBLE: {be['reason']})"))
+            att = b.get("attribution")
+            if att:
+                click.echo(f"  gap {att['gap_s']:+.4f} s, changed one at a time:")
+                for st in att["steps"]:
+                    click.echo(f"    {st['factor']:<18} {st['baseline']} -> {st['explained']}: "
+                               f"{st['saved_s']:+.4f} s" + (f"  ({st['note']})" if st["note"] else ""))
+                click.echo(f"    {'interactions':<18} {att['remainder_s']:+.4f} s")
+        for f in d.get("files", []):
+            click.echo(f"wrote {f}")
+    _emit(data, as_json, human)
+
+
+@cli.command()
+@scenario_options
+@click.option("--config", "config_text", required=True, help='"tp=8,pp=8,pp_schedule=zbv,..." or a YAML file')
+@params_option
+@click.option("--out", "out_png", default="timeline.png", help="the PNG to write")
+@click.option("--json", "as_json", is_flag=True)
+def timeline(config_text, params_file, out_png, as_json, **kw):
+    """The event simulator's pipeline schedule of one configuration as a picture: ranks as rows,
+    forward / backward / weight-gradient blocks, waits (red: across buildings)."""
+    from .configparse import make_config, parse_config_text
+    from .space import SearchSpace
+    from .timeline import timeline as run_timeline
+    from .timeline import timeline_plot
+    params, scen = _params(params_file), _scenario(kw)
+    cfg = make_config(parse_config_text(config_text), scen.n_gpus)
+    SearchSpace(scen).check(cfg)
+    if not Path(out_png).parent.is_dir():
+        raise UserInputError("--out", out_png, "a PNG path in an existing folder")
+    tl = run_timeline(scen, cfg, params)
+    timeline_plot(tl, out_png)
+    data = tl.to_dict() | {"file": out_png} | _header(scen)
+
+    def human(d):
+        click.echo(f"{d['schedule']}: pp {d['pp']}, {d['micro_batches']} micro-batches, step pipeline "
+                   f"{d['makespan_s']:.4f} s")
+        for r, (b, x) in enumerate(zip(d["bubble_s"], d["xb_wait_s"])):
+            click.echo(f"  rank {r:<3} bubble {b:.4f} s (waiting across buildings {x:.4f} s)")
+        click.echo(f"wrote {d['file']}")
     _emit(data, as_json, human)
 
 

@@ -64,11 +64,14 @@ def _fixed_order(sched: str, p: int, v: int, m: int, r: int) -> list[tuple[int, 
     return order
 
 
-def simulate_pipeline(sched: str, p: int, v: int, m: int, t_f, t_b, t_w, delay) -> PipelineResult:
+def simulate_pipeline(sched: str, p: int, v: int, m: int, t_f, t_b, t_w, delay, trace: list | None = None) \
+        -> PipelineResult:
     """Makespan of one step's pipeline.
 
     ``t_f[c], t_b[c], t_w[c]``: durations of each op on global chunk c (0..n_chunks-1);
     ``delay(c_from, c_to)``: P2P time between consecutive chunks (0 on the same rank).
+    ``trace``: when given, every op run is appended as (rank, kind, micro-batch, chunk, start_s,
+    end_s, ready_s), kind "F", "B" (B+W when the schedule does not split them) or "W".
     """
     v_shape = sched in ("zbv", "dualpipev")
     n_chunks = 2 * p if v_shape else p * v
@@ -190,6 +193,8 @@ def simulate_pipeline(sched: str, p: int, v: int, m: int, t_f, t_b, t_w, delay) 
         start = max(t, free[r])
         end = start + d
         done[choice] = end
+        if trace is not None:
+            trace.append((r, "FBW"[choice[0]], choice[1], choice[2], start, end, ready_time(choice)))
         free[r] = end
         busy[r] += d
         finish_times.append(end)
@@ -200,7 +205,7 @@ def simulate_pipeline(sched: str, p: int, v: int, m: int, t_f, t_b, t_w, delay) 
     return PipelineResult(makespan_s=max(free), busy_s=busy, n_ops=total_ops)
 
 
-def simulate(scenario, config, params=None) -> dict:
+def simulate(scenario, config, params=None, trace: list | None = None) -> dict:
     """High-fidelity iteration time of one configuration: the cost model's stage and P2P times
     replayed through the event-level pipeline simulator (per-boundary in- vs cross-building
     delays), plus the same data-parallel exposure and optimizer step as the closed form."""
@@ -222,8 +227,9 @@ def simulate(scenario, config, params=None) -> dict:
         if r1 == r2:
             return 0.0
         return out["_t_p2p_x"] if r1 // per_building != r2 // per_building else out["_t_p2p_in"]
-    res = simulate_pipeline(sched, p, v, m, t_f, t_b, t_w, delay)
+    res = simulate_pipeline(sched, p, v, m, t_f, t_b, t_w, delay, trace)
     total = res.makespan_s + out["_dp_exposed"] + out["_t_opt"]
-    return {"iteration_time_s": total, "pipeline_s": res.makespan_s,
+    return {"iteration_time_s": total, "pipeline_s": res.makespan_s, "busy_s": res.busy_s,
+            "schedule": sched, "pp": p, "chunks": v, "micro_batches": m, "ranks_per_building": per_building,
             "closed_form_iteration_time_s": float(out["iteration_time_s"]),
             "closed_form_pipeline_s": float(out["_T_pipe"]), "ops_simulated": res.n_ops}
