@@ -174,8 +174,9 @@ def evaluate(config_text, simulate, params_file, as_json, **kw):
               help='the configuration to explain ("tp=8,pp=16,..." or a YAML file); default: the exact optimum')
 @params_option
 @click.option("--out", "out_dir", default=None, help="folder for explain.png (breakdowns and attribution)")
+@click.option("--html", "html_path", default=None, help="also write a static HTML report (figures embedded)")
 @click.option("--json", "as_json", is_flag=True)
-def explain(config_text, params_file, out_dir, as_json, **kw):
+def explain(config_text, params_file, out_dir, html_path, as_json, **kw):
     """Why a configuration beats production, naive and sota: breakdowns side by side, the knobs
     that differ and the time each saves when changed alone (the rest: interactions)."""
     from .explain import explain as run_explain
@@ -199,6 +200,11 @@ def explain(config_text, params_file, out_dir, as_json, **kw):
     if out_dir is not None:
         data["files"] = [str(Path(out_dir) / "explain.png")]
         explain_plot(data, data["files"][0], f"{scen.model.name} x {scen.cluster.name}")
+    if html_path is not None:
+        from .htmlreport import write_explain_report
+        _check_file_target(html_path, "--html")
+        data["report_s"] = write_explain_report(scen, data, html_path, params)
+        data.setdefault("files", []).append(html_path)
 
     def human(d):
         _print_header(d)
@@ -222,6 +228,28 @@ def explain(config_text, params_file, out_dir, as_json, **kw):
         for f in d.get("files", []):
             click.echo(f"wrote {f}")
     _emit(data, as_json, human)
+
+
+@cli.command()
+@click.option("--study-name", "study_name", required=True)
+@click.option("--storage", default=None, help="the study's SQLAlchemy URL (default sqlite:///autotune.db)")
+@params_option
+@click.option("--out", "out_html", default="report.html", help="the HTML file to write")
+@click.option("--json", "as_json", is_flag=True)
+def report(study_name, storage, params_file, out_html, as_json):
+    """A static HTML report of a stored study (figures embedded): convergence, top 10, breakdowns,
+    the best configuration explained against the baselines, its pipeline timeline."""
+    from .htmlreport import write_study_report
+    from .study import DEFAULT_STORAGE
+    _check_file_target(out_html, "--out")
+    seconds = write_study_report(storage or DEFAULT_STORAGE, study_name, out_html, _params(params_file))
+    _emit({"file": out_html, "seconds": seconds}, as_json, lambda d: click.echo(f"wrote {d['file']} in {d['seconds']:.1f} s"))
+
+
+def _check_file_target(path: str, option: str) -> None:
+    p = Path(path)
+    if p.is_dir() or not p.parent.is_dir():
+        raise UserInputError(option, path, "a file path in an existing folder")
 
 
 @cli.command()
