@@ -231,6 +231,51 @@ def explain(config_text, params_file, out_dir, html_path, as_json, **kw):
 
 
 @cli.command()
+@scenario_options
+@click.option("--axis", default="bandwidth,distance,loss", help="comma-separated: bandwidth, distance, loss")
+@click.option("--values", "values_text", default=None,
+              help="comma-separated points for a single --axis (bandwidth: multiples of the nominal)")
+@params_option
+@click.option("--out", "out_png", default="sensitivity.png", help="the PNG to write")
+@click.option("--json", "as_json", is_flag=True)
+def sensitivity(axis, values_text, params_file, out_png, as_json, **kw):
+    """The exact optimum as the cross-building link gets worse or better: one sweep per axis, the
+    nominal optimum's time beside it, the points where the optimum switches marked."""
+    from .sensitivity import sensitivity_plot, sweep
+    params, scen = _params(params_file), _scenario(kw)
+    axes = [a.strip() for a in axis.split(",")]
+    values = None
+    if values_text is not None:
+        if len(axes) != 1:
+            raise UserInputError("--values", values_text, "points for one --axis at a time")
+        try:
+            values = [float(x) for x in values_text.split(",")]
+        except ValueError:
+            raise UserInputError("--values", values_text, "comma-separated numbers") from None
+        if not all(math.isfinite(v) and v >= 0 for v in values) or len(values) > 64:
+            raise UserInputError("--values", values_text, "up to 64 finite numbers >= 0")
+    _check_file_target(out_png, "--out")
+    first = sweep(scen, axes[0], values, params)
+    from .specs import Config
+    results = [first] + [sweep(scen, a, values, params, Config(**first["nominal_config"])) for a in axes[1:]]
+    sensitivity_plot(results, out_png, f"{scen.model.name} x {scen.cluster.name}")
+    data = {"sweeps": results, "file": out_png} | _header(scen)
+
+    def human(d):
+        _print_header(d)
+        for r in d["sweeps"]:
+            click.echo(f"{r['label']}:")
+            for i, p in enumerate(r["points"]):
+                c = p["best_config"] or {}
+                mark = "  <- switch" if i in r["switches"] else ""
+                click.echo(f"  {p['value']:<10g} optimum {p['best_s']:.4f} s ({c.get('placement')}, "
+                           f"{c.get('pp_schedule')}, {c.get('dp_flavour')})   nominal optimum {p['nominal_best_s']:.4f} s"
+                           + mark)
+        click.echo(f"wrote {d['file']}")
+    _emit(data, as_json, human)
+
+
+@cli.command()
 @click.option("--study-name", "study_name", required=True)
 @click.option("--storage", default=None, help="the study's SQLAlchemy URL (default sqlite:///autotune.db)")
 @params_option

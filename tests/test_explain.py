@@ -155,3 +155,34 @@ def test_report_through_the_cli(tmp_path):
     assert code == 2 and "--study-name" in err and len(err.strip().splitlines()) == 1
     code, out, err = run_cli(["report", "--study-name", "r", "--storage", storage, "--out", str(tmp_path / "no/x.html")])
     assert code == 2 and "--out" in err
+
+
+def test_sensitivity_sweeps_are_exact_and_monotone(scen):
+    """Issue 18 item 4: at every point the optimum is no slower than the nominal optimum evaluated
+    there (it is exact), and it never gets faster as the link gets worse."""
+    from autotune.sensitivity import sweep
+    from autotune.strategies.exhaustive import exhaustive_search
+    nominal = exhaustive_search(SearchSpace(scen)).best_config
+    for axis, values, worse_with_value in (("distance", (0, 200, 2000), True), ("bandwidth", (0.25, 1, 2), False),
+                                           ("loss", (0, 1e-4, 1e-3), True)):
+        r = sweep(scen, axis, values, nominal=nominal)
+        best = [p["best_s"] for p in r["points"]]
+        for p in r["points"]:
+            assert p["best_s"] <= p["nominal_best_s"] + 1e-12
+        ordered = best if worse_with_value else best[::-1]
+        assert all(a <= b + 1e-12 for a, b in zip(ordered, ordered[1:])), (axis, best)
+        if axis == "bandwidth":                        # x1: the nominal link, where the two coincide
+            assert r["points"][1]["best_s"] == pytest.approx(r["points"][1]["nominal_best_s"], rel=1e-12)
+
+
+def test_sensitivity_through_the_cli(tmp_path):
+    code, out, err = run_cli(["sensitivity", *SCEN, "--axis", "distance", "--values", "0,100,1000",
+                              "--out", str(tmp_path / "s.png"), "--json"])
+    assert code == 0, err
+    d = json.loads(out)
+    assert [p["value"] for p in d["sweeps"][0]["points"]] == [0, 100, 1000] and (tmp_path / "s.png").exists()
+    for bad, field in ((["--axis", "latency"], "--axis"), (["--axis", "loss", "--values", "0,x"], "--values"),
+                       (["--axis", "loss", "--values", "0.9"], "--values"),
+                       (["--cluster", "single-building"], "--cluster")):
+        code, out, err = run_cli(["sensitivity", *SCEN, *bad, "--out", str(tmp_path / "s.png")])
+        assert code == 2 and field in err and len(err.strip().splitlines()) == 1, (bad, err)
