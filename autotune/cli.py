@@ -315,6 +315,9 @@ def timeline(config_text, params_file, out_png, as_json, **kw):
     SearchSpace(scen).check(cfg)
     if not Path(out_png).parent.is_dir():
         raise UserInputError("--out", out_png, "a PNG path in an existing folder")
+    if not as_json:
+        click.echo(f"simulating every op of {cfg.pp} stages (event-level; grows about quadratically with the "
+                   "micro-batches: minutes for hundreds) ...", err=True)
     tl = run_timeline(scen, cfg, params)
     timeline_plot(tl, out_png)
     data = tl.to_dict() | {"file": out_png} | _header(scen)
