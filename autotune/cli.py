@@ -477,6 +477,8 @@ def _study_options(f):
                      help="key=value passed to the backend, e.g. template='srun ./train.sh {torchtitan_args}'"),
         click.option("--trial-timeout", "trial_timeout", type=STRICT_FLOAT, default=None, help="seconds per trial"),
         click.option("--no-tracking", is_flag=True, help="do not log to MLflow"),
+        click.option("--experiment-name", "experiment", default=None,
+                     help="MLflow experiment (default: $MLFLOW_EXPERIMENT_NAME, else autotune); stored with the study"),
         click.option("--objectives", default="iteration_time_s",
                      help="comma-separated: iteration_time_s[,xb_bytes_per_step][,memory_per_gpu_bytes]"),
         click.option("--infeasible", type=click.Choice(["fail", "constraint"]), default="fail",
@@ -553,7 +555,7 @@ def _objectives(text):
 @params_option
 @_study_options
 def study(strategy, seed, out_dir, params_file, trials, until, storage, study_name, tracking_uri, backend, backend_options, trial_timeout,
-          no_tracking, objectives, infeasible, as_json, **kw):
+          no_tracking, experiment, objectives, infeasible, as_json, **kw):
     """Run or resume a tuning study; every trial goes to the storage and to MLflow.
 
     A resume (an existing --study-name) uses the study's stored options for those it is not
@@ -571,7 +573,7 @@ def study(strategy, seed, out_dir, params_file, trials, until, storage, study_na
                          study_name=study_name, tracking_uri=tracking_uri, seed=seed,
                          backend=backend if _given("backend") else None,
                          backend_options=backend_options or None, trial_timeout_s=trial_timeout,
-                         track=not no_tracking, progress=not as_json and sys.stderr.isatty(),
+                         track=not no_tracking, progress=not as_json and sys.stderr.isatty(), experiment=experiment,
                          infeasible=infeasible if _given("infeasible") else None,
                          objectives=_objectives(objectives) if _given("objectives") else None)
     if out_dir is not None:
@@ -627,9 +629,10 @@ def _backend_options(items) -> dict:
               help="key=value passed to the backend; default: the study's (another value is refused)")
 @click.option("--trial-timeout", "trial_timeout", type=STRICT_FLOAT, default=None)
 @click.option("--no-tracking", is_flag=True)
+@click.option("--experiment-name", "experiment", default=None, help="default: the study's")
 @click.option("--json", "as_json", is_flag=True)
 def worker(study_name, storage, trials, until, seed, strategy, objectives, infeasible, tracking_uri, backend,
-           backend_options, trial_timeout, no_tracking, as_json, **kw):
+           backend_options, trial_timeout, no_tracking, experiment, as_json, **kw):
     """Join an existing study (same storage) and add --trials trials to it (or run --until it holds N).
 
     Everything that defines the study (scenario, strategy, objectives, infeasible handling,
@@ -644,7 +647,7 @@ def worker(study_name, storage, trials, until, seed, strategy, objectives, infea
                          seed=seed if seed is not None else os.getpid(),
                          backend=backend, backend_options=_backend_options(backend_options) or None,
                          trial_timeout_s=trial_timeout, track=not no_tracking, infeasible=infeasible,
-                         objectives=_objectives(objectives), join=True,
+                         objectives=_objectives(objectives), join=True, experiment=experiment,
                          progress=not as_json and sys.stderr.isatty())
     _emit(runner.run(), as_json, _print_study)
 

@@ -49,7 +49,7 @@ STALE_CHILD_RUN_S = 120.0
 
 class Tracker:
     def __init__(self, tracking_uri: str, study_name: str, storage: str, tags: dict | None = None,
-                 retries: int = 3):
+                 retries: int = 3, experiment: str | None = None):
         import os
         for k, v in HTTP_LIMITS.items():
             os.environ.setdefault(k, v)
@@ -69,7 +69,7 @@ class Tracker:
             # that repeats it, password included
             mlflow.set_tracking_uri(tracking_uri)
             self.client = MlflowClient(tracking_uri)
-            name = experiment_name()
+            name = experiment or experiment_name()
             self.experiment_id = experiment_id(self.client, name)
             found = self.client.search_runs([self.experiment_id],
                                             filter_string=f"tags.`autotune.study_name` = '{study_name}' and "

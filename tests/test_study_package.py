@@ -159,3 +159,28 @@ def test_categorical_codes_have_one_typed_home():
     for node in ast.walk(tree):
         if isinstance(node, ast.Compare) and isinstance(node.left, ast.Name) and node.left.id in coded:
             assert not any(isinstance(c, ast.Constant) for c in node.comparators), ast.unparse(node)
+
+
+def test_experiment_name_is_stored_and_inherited_by_workers(tmp_path, monkeypatch):
+    """Issue 14: --experiment-name names the MLflow experiment, is stored with the study, and a worker
+    logs to it without being told; another name is refused in one line."""
+    from mlflow.tracking import MlflowClient
+
+    from tests.test_hardening import run
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_EXPERIMENT_NAME", raising=False)
+    storage, tracking = f"sqlite:///{tmp_path}/s.db", f"sqlite:///{tmp_path}/m.db"
+    scen = ["--model", "llama3-8b", "--cluster", "campus-5bldg", "--gpus", "320"]
+    code, out, err = run(["study", *scen, "--strategy", "random", "--trials", "2", "--storage", storage,
+                          "--study-name", "e", "--tracking-uri", tracking, "--experiment-name", "team-x", "--json"])
+    assert code == 0, err
+    code, out, err = run(["worker", "--study-name", "e", "--storage", storage, "--trials", "2", "--json"])
+    assert code == 0, err
+    c = MlflowClient(tracking)
+    exp = c.get_experiment_by_name("team-x")
+    assert exp is not None and c.get_experiment_by_name("autotune") is None
+    runs = c.search_runs([exp.experiment_id], max_results=50)
+    assert len(runs) == 1 + 4                      # the study's parent run and one child run per trial
+    code, out, err = run(["worker", "--study-name", "e", "--storage", storage, "--trials", "1",
+                          "--experiment-name", "other"])
+    assert code == 2 and "--experiment-name" in err and "'team-x'" in err and len(err.strip().splitlines()) == 1

@@ -32,6 +32,7 @@ class Given:
     strategy_options: dict | None = None
     categorical_unordered: bool | None = None
     tracking_uri: str | None = None
+    experiment: str | None = None
 
     @property
     def backend_name(self) -> str | None:
@@ -43,7 +44,7 @@ class Given:
                 "objectives": self.objectives, "infeasible": self.infeasible, "backend": self.backend_name,
                 "categorical_unordered": self.categorical_unordered,
                 "backend_options": dict(self.backend_options or {}),
-                "strategy_options": dict(self.strategy_options or {})}
+                "strategy_options": dict(self.strategy_options or {}), "experiment": self.experiment}
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,7 @@ class Resolved:
     strategy: object
     backend: object
     tracking_uri: str
+    experiment: str | None
 
 
 def check_run_options(trials, until, trial_timeout_s, seed, storage, tracking_uri) -> None:
@@ -97,6 +99,7 @@ def check_against(given: dict, stored: dict, name: str, before_backend: bool, gi
                                 describe_scenario(given_scenario, given["scenario_key"]),
                                 leave_out="the scenario options")
         for k, flag, what in (("strategy", "--strategy", "strategy"), ("infeasible", "--infeasible", "infeasible mode"),
+                              ("experiment", "--experiment-name", "MLflow experiment"),
                               ("categorical_unordered", "categorical_unordered", "encoding of unordered knobs")):
             if differs(k):
                 raise StudyConflict(flag, what, name, repr(stored[k]), repr(given[k]))
@@ -144,9 +147,12 @@ def resolve(g: Given, attrs: dict | None, name: str, track: bool) -> Resolved:
     backend = get_backend(value["backend"], **b_opts) if g.backend is None or isinstance(g.backend, str) else g.backend
     check_against(given, stored, name, False)
     tracking_uri = _tracking_uri(g.tracking_uri, stored, masked, name, track)
+    experiment = g.experiment if g.experiment is not None else stored.get("experiment")
     return Resolved(spec=_new_spec(scenario, strategy.name, value, b_opts, s_opts,
-                                   g.tracking_uri if g.tracking_uri is not None else stored.get("tracking_uri")),
-                    scenario=scenario, strategy=strategy, backend=backend, tracking_uri=tracking_uri)
+                                   g.tracking_uri if g.tracking_uri is not None else stored.get("tracking_uri"),
+                                   experiment),
+                    scenario=scenario, strategy=strategy, backend=backend, tracking_uri=tracking_uri,
+                    experiment=experiment)
 
 
 def _tracking_uri(given: str | None, stored: dict, masked: set, name: str, track: bool) -> str:
@@ -160,7 +166,7 @@ def _tracking_uri(given: str | None, stored: dict, masked: set, name: str, track
     return given or (stored_uri if "tracking_uri" not in masked else None) or default_tracking_uri()
 
 
-def _new_spec(scenario, strategy_name, value, b_opts, s_opts, uri) -> StudySpec:
+def _new_spec(scenario, strategy_name, value, b_opts, s_opts, uri, experiment) -> StudySpec:
     """What a new study stores: secrets masked and named in ``masked``."""
     stored_b, new_masked = [], []
     for k, v in sorted(b_opts.items()):
@@ -175,4 +181,4 @@ def _new_spec(scenario, strategy_name, value, b_opts, s_opts, uri) -> StudySpec:
     return StudySpec(scenario_key=scenario.key, strategy=strategy_name, objectives=tuple(value["objectives"]),
                      infeasible=value["infeasible"], backend=value["backend"], backend_options=tuple(stored_b),
                      strategy_options=tuple(stored_s), categorical_unordered=bool(value["categorical_unordered"]),
-                     tracking_uri=uri, masked=tuple(new_masked))
+                     tracking_uri=uri, experiment=experiment, masked=tuple(new_masked))

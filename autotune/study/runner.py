@@ -31,7 +31,8 @@ class StudyRunner:
                  seed_baselines: bool = True, strategy_options: dict | None = None, progress: bool = False,
                  infeasible: str | None = None, baselines: tuple = ("production", "sota"),
                  known_baselines: dict | None = None, objectives: tuple | None = None,
-                 categorical_unordered: bool | None = None, join: bool = False, until: int | None = None):
+                 categorical_unordered: bool | None = None, join: bool = False, until: int | None = None,
+                 experiment: str | None = None):
         """The options that define a study (``options.Given``) left at None are not given: an
         existing study's stored value is used, else the default; a given one that differs is
         refused (StudyConflict) before anything is written. ``trials``: finished trials this run
@@ -42,8 +43,10 @@ class StudyRunner:
         self.seed, self.join, self.track, self.progress = int(seed), join, track, progress
         self.storage_url, self.trial_timeout_s, self.seed_baselines = storage or DEFAULT_STORAGE, trial_timeout_s, \
             seed_baselines
+        if experiment is not None and not str(experiment).strip():
+            raise UserInputError("--experiment-name", experiment, "a non-empty MLflow experiment name")
         given = check_given(Given(scenario, strategy, objectives, infeasible, backend, backend_options,
-                                  strategy_options, categorical_unordered, tracking_uri))
+                                  strategy_options, categorical_unordered, tracking_uri, experiment))
         if scenario is None and not study_name:
             raise UserInputError("--study-name", study_name, "the name of an existing study when no scenario is given")
         self.study_name = study_name or \
@@ -53,6 +56,7 @@ class StudyRunner:
         r = resolve(given, self._attrs_at_start, self.study_name, track)
         self._given, self.spec, self.scenario, self.strategy = given, r.spec, r.scenario, r.strategy
         self.backend, self.backend_name, self.tracking_uri = r.backend, r.spec.backend, r.tracking_uri
+        self.experiment = r.experiment
         self.objectives, self.infeasible = r.spec.objectives, r.spec.infeasible
         if track:
             from ..extras import require

@@ -18,7 +18,8 @@ def run_session(run) -> dict:
     if run.track:
         run._say(f"connecting to MLflow at {mask_uri(run.tracking_uri)}")
         tracker = Tracker(run.tracking_uri, run.study_name, run.storage_url,
-                          tags={"autotune.strategy": run.strategy.name, "autotune.scenario_key": run.scenario.key})
+                          tags={"autotune.strategy": run.strategy.name, "autotune.scenario_key": run.scenario.key},
+                          experiment=run.experiment)
     run._say(f"opening the study in {mask_uri(run.storage_url)}")
     try:
         study = run._open_study()

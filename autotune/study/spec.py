@@ -44,6 +44,7 @@ class StudySpec:
     strategy_options: tuple = ()         # ((key, value), ...) sorted by key
     categorical_unordered: bool = True
     tracking_uri: str | None = None      # None: the default (sqlite:///mlflow.db)
+    experiment: str | None = None        # None: $MLFLOW_EXPERIMENT_NAME, else autotune
     masked: tuple = ()                   # "tracking_uri", "backend_options.KEY": stored masked
 
     def to_attr(self) -> dict:
@@ -57,6 +58,8 @@ class StudySpec:
             d["categorical_unordered"] = False
         if self.tracking_uri is not None:
             d["tracking_uri"] = self.tracking_uri
+        if self.experiment is not None:
+            d["experiment"] = self.experiment
         if self.masked:
             d["masked"] = list(self.masked)
         return d
@@ -78,6 +81,7 @@ class StudySpec:
                        strategy_options=tuple(sorted(dict(d.get("strategy_options") or {}).items())),
                        categorical_unordered=bool(d.get("categorical_unordered", True)),
                        tracking_uri=None if d.get("tracking_uri") is None else str(d["tracking_uri"]),
+                       experiment=None if d.get("experiment") is None else str(d["experiment"]),
                        masked=tuple(str(m) for m in d.get("masked") or ()))
         except (KeyError, TypeError, ValueError) as e:
             raise bad(f"a spec written by autotune ({type(e).__name__}: {e})") from None
@@ -88,7 +92,7 @@ class StudySpec:
         return {"scenario_key": self.scenario_key, "strategy": self.strategy, "objectives": self.objectives,
                 "infeasible": self.infeasible, "backend": self.backend, "categorical_unordered": self.categorical_unordered,
                 "backend_options": dict(self.backend_options), "strategy_options": dict(self.strategy_options),
-                "tracking_uri": self.tracking_uri, "masked": self.masked}
+                "tracking_uri": self.tracking_uri, "experiment": self.experiment, "masked": self.masked}
 
 
 def stored_fields(attrs: dict, study_name: str) -> dict:
