@@ -130,7 +130,14 @@ def _print_evaluation(d: dict) -> None:
                f"MFU {100 * d['mfu']:.1f}%   memory {_fmt_bytes(d['memory_per_gpu_bytes'])}/GPU   {state}")
     for k, v in d["breakdown"].items():
         click.echo(f"  {k:<14} {v:10.4f} s  {100 * v / d['iteration_time_s']:5.1f}%")
-    click.echo(f"  cross-building bytes per step: {d['traffic']['xb_bytes_per_step']:.3e}")
+    tr = d["traffic"]
+    click.echo(f"  cross-building bytes per step: {tr['xb_bytes_per_step']:.3e} (per GPU: dp {tr['xb_dp_bytes_per_gpu']:.3e}, "
+               f"pp {tr['xb_pp_bytes_per_gpu']:.3e}, ep {tr['xb_ep_bytes_per_gpu']:.3e}, cp {tr['xb_cp_bytes_per_gpu']:.3e}); "
+               f"NVLink per GPU {tr['nvlink_bytes_per_gpu']:.3e}")
+    ex = d.get("exposure") or {}
+    if ex:
+        click.echo(f"  DP step-end collectives: link {ex['dp_link_s']:.4f} s, exposed {ex['dp_exposed_s']:.4f} s, "
+                   f"hidden {ex['dp_hidden_s']:.4f} s")
 
 
 @cli.command()

@@ -186,3 +186,20 @@ def test_sensitivity_through_the_cli(tmp_path):
                        (["--cluster", "single-building"], "--cluster")):
         code, out, err = run_cli(["sensitivity", *SCEN, *bad, "--out", str(tmp_path / "s.png")])
         assert code == 2 and field in err and len(err.strip().splitlines()) == 1, (bad, err)
+
+
+@pytest.mark.parametrize("model, cluster", [("llama3-70b", "metro-2bldg"), ("llama4-maverick", "campus-5bldg"),
+                                            ("deepseek-v3", "region-pair")])
+def test_per_dimension_bytes_add_up_and_hidden_time_is_never_negative(model, cluster):
+    """Issue 18 item 1 (part): the cross-building bytes by parallel dimension add up to the tier's
+    total, and the DP collectives' exposed time lies between its floor and its link time."""
+    import numpy as np
+
+    from autotune.costmodel import evaluate_batch
+    s = build_scenario(model=model, cluster=cluster)
+    b = SearchSpace(s).sample(4000, seed=3)
+    out = evaluate_batch(s, b, check=False)
+    parts = sum(out[f"xb_{d}_bytes_per_gpu"] for d in ("dp", "pp", "ep", "cp"))
+    assert np.allclose(parts, out["xb_bytes_per_gpu"], rtol=1e-12, atol=0)
+    assert np.all(out["dp_exposed_s"] <= out["dp_link_s"] * (1 + 1e-12) + 1e-15)
+    assert np.all(out["dp_exposed_s"] >= 0) and np.all(out["dp_exposed_s"] <= out["dp_comm_s"] + 1e-12)

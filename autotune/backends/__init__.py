@@ -63,7 +63,7 @@ class CostModelBackend:
         return Measurement(iteration_time_s=e.iteration_time_s, feasible=e.feasible, reason=e.reason,
                            breakdown=e.breakdown,
                            extra={"memory_deficit_bytes": e.memory_deficit_bytes, "mfu": e.mfu,
-                                  "memory_per_gpu_bytes": e.memory_per_gpu_bytes, **e.traffic})
+                                  "memory_per_gpu_bytes": e.memory_per_gpu_bytes, **e.traffic, **e.exposure})
 
 
 def _lazy(module: str, cls: str, name: str, extra: str | None = None):

@@ -330,6 +330,11 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
         "xb_bytes_per_gpu": xb_per_gpu,
         "xb_bytes_per_step": xb_per_gpu * k.n_gpus,
         "nvlink_bytes_per_gpu": nvlink_bytes,
+        # the cross-building bytes by parallel dimension, and the step-end DP collectives' link
+        # time against what of it is exposed (Calculon's link vs exposed split)
+        "xb_dp_bytes_per_gpu": xb_dp, "xb_pp_bytes_per_gpu": xb_pp, "xb_ep_bytes_per_gpu": xb_ep,
+        "xb_cp_bytes_per_gpu": xb_cp,
+        "dp_link_s": per_step_grad + per_step_param, "dp_exposed_s": dp_exposed,
         "micro_batches": m,
         # internals for the event-level simulator (scalar path)
         "_pipe_t_f": t_f_p, "_pipe_t_b": t_b_p, "_pipe_t_w": t_w,

@@ -3,6 +3,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+TRAFFIC_KEYS = ("xb_bytes_per_gpu", "xb_bytes_per_step", "nvlink_bytes_per_gpu", "xb_dp_bytes_per_gpu",
+                "xb_pp_bytes_per_gpu", "xb_ep_bytes_per_gpu", "xb_cp_bytes_per_gpu")
+"""Bytes per step by tier (cross-building, NVLink) and, across buildings, by parallel dimension."""
 BREAKDOWN_KEYS = ("compute_s", "tp_comm_s", "cp_comm_s", "ep_comm_s", "pp_bubble_s", "pp_comm_s",
                   "dp_comm_s", "optimizer_s")
 
@@ -26,6 +29,9 @@ class Evaluation:
     reason: str
     breakdown: dict = field(default_factory=dict)
     traffic: dict = field(default_factory=dict)
+    exposure: dict = field(default_factory=dict)
+    """The data-parallel step-end collectives: link time, exposed (in ``dp_comm_s``) and hidden
+    behind the last micro-batch's compute."""
 
     @classmethod
     def from_outputs(cls, config, out: dict, hbm_bytes: float) -> "Evaluation":
@@ -38,8 +44,9 @@ class Evaluation:
             memory_deficit_bytes=float(out["memory_deficit_bytes"]), feasible=feasible,
             reason="" if feasible else infeasible_reason(float(out["memory_per_gpu_bytes"]), hbm_bytes),
             breakdown={kk: float(out[kk]) for kk in BREAKDOWN_KEYS},
-            traffic={kk: float(out[kk]) for kk in ("xb_bytes_per_gpu", "xb_bytes_per_step", "nvlink_bytes_per_gpu")}
-            | {"micro_batches": float(out["micro_batches"])},
+            traffic={kk: float(out[kk]) for kk in TRAFFIC_KEYS} | {"micro_batches": float(out["micro_batches"])},
+            exposure={"dp_link_s": float(out["dp_link_s"]), "dp_exposed_s": float(out["dp_exposed_s"]),
+                      "dp_hidden_s": float(out["dp_link_s"]) - float(out["dp_exposed_s"])},
         )
 
     def to_dict(self) -> dict:
@@ -47,4 +54,5 @@ class Evaluation:
                 "tokens_per_s": self.tokens_per_s, "mfu": self.mfu, "hfu": self.hfu,
                 "memory_per_gpu_bytes": self.memory_per_gpu_bytes,
                 "memory_deficit_bytes": self.memory_deficit_bytes, "feasible": self.feasible,
-                "reason": self.reason, "breakdown": self.breakdown, "traffic": self.traffic}
+                "reason": self.reason, "breakdown": self.breakdown, "traffic": self.traffic,
+                "exposure": self.exposure}

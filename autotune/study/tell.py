@@ -15,9 +15,12 @@ from ..strategies.optuna_samplers import CONSTRAINT_KEY, SUPPORTS_CONSTRAINTS
 from ..trials import config_attrs
 from .storage import TOLD_BY_ANOTHER
 
-TRIAL_FIGURES = ("mfu", "memory_per_gpu_bytes", "xb_bytes_per_step", "xb_bytes_per_gpu", "nvlink_bytes_per_gpu")
+TRIAL_FIGURES = ("mfu", "memory_per_gpu_bytes", "xb_bytes_per_step", "xb_bytes_per_gpu", "nvlink_bytes_per_gpu",
+                 "xb_dp_bytes_per_gpu", "xb_pp_bytes_per_gpu", "xb_ep_bytes_per_gpu", "xb_cp_bytes_per_gpu",
+                 "dp_link_s", "dp_exposed_s", "dp_hidden_s")
 """Measurement extras kept with each trial (user attribute ``figures``) and logged to its MLflow
-child run: MFU, memory, and bytes per tier (cross-building per step and per GPU, NVLink per GPU).
+child run: MFU, memory, bytes per tier (cross-building per step and per GPU, NVLink per GPU),
+cross-building bytes per parallel dimension, and the DP collectives' link, exposed and hidden time.
 The cost model reports all of them; a real backend those it measures."""
 
 
