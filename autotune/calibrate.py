@@ -24,10 +24,10 @@ import numpy as np
 import yaml
 
 from .costmodel import evaluate
-from .specs.codes import Placement, Recompute
 from .errors import UserInputError
 from .space import SearchSpace, config_at, take
 from .specs import Scenario
+from .specs.codes import Placement, Recompute
 
 FITTED = ("peak_flops", "so_bandwidth", "so_latency", "xb_latency", "xb_rate_fraction")
 
@@ -103,6 +103,14 @@ def spearman(a, b) -> float:
     return float(spearmanr(a, b).statistic)
 
 
+def start_params(scenario: Scenario) -> dict:
+    """The fit's starting point: the scenario's own hardware and network values."""
+    c = scenario.cluster
+    return {"peak_flops": c.buildings[0].gpu.peak_flops(scenario.precision), "so_bandwidth": c.scale_out.bandwidth_Bps,
+            "so_latency": max(c.scale_out.latency_s, 1e-6),
+            "xb_latency": max(c.cross_building.latency_s if c.cross_building else 1e-5, 1e-6), "xb_rate_fraction": 0.8}
+
+
 def fit(scenario: Scenario, rows: list, start: dict) -> dict:
     from scipy.optimize import least_squares
     names = list(FITTED)
@@ -142,11 +150,7 @@ def calibrate(scenario: Scenario, backend_factory, xb_mbit: list[float], n_confi
     if len(fit_rows) < len(FITTED) or len(hold_rows) < 3:
         failed = "; ".join(sorted({r["reason"][:120] for r in rows if not r["measured_s"]}))
         raise UserInputError("--backend", "measurements", f"enough successful runs to fit and score ({failed})")
-    c = scenario.cluster
-    start = {"peak_flops": c.buildings[0].gpu.peak_flops(scenario.precision), "so_bandwidth": c.scale_out.bandwidth_Bps,
-             "so_latency": max(c.scale_out.latency_s, 1e-6),
-             "xb_latency": max(c.cross_building.latency_s if c.cross_building else 1e-5, 1e-6), "xb_rate_fraction": 0.8}
-    p = fit(scenario, fit_rows, start)
+    p = fit(scenario, fit_rows, start_params(scenario))
     res = CalibrationResult(params=p, failed_rows=[{"config": r["config"].model_dump(), "xb_mbit": r["xb_mbit"],
                                                     "holdout": r["holdout"], "reason": r["reason"]}
                                                    for r in rows if not r["measured_s"]])

@@ -101,6 +101,9 @@ def explain(scenario: Scenario, config: Config | None = None, params=None,
     space = SearchSpace(scenario).require_legal()
     if config is None:
         config = exhaustive_search(space, params).best_config
+        if config is None:
+            raise UserInputError("--config", None, "a configuration to explain: no legal configuration of this "
+                                                   "scenario fits in memory (give one with --config to see why)")
     else:
         space.check(config)
     ev = evaluate(scenario, config, params, check=False)

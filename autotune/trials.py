@@ -39,12 +39,12 @@ def trial_config(t) -> dict | None:
 
 
 def is_interrupted(t) -> bool:
-    """A failed trial its process never finished: failed as orphaned (our reason), or failed by
-    Optuna's heartbeat check before it recorded any measurement."""
+    """A failed trial its process never finished: failed as orphaned (our reason), or failed
+    without a reason by Optuna's heartbeat check (every failure autotune tells carries its reason)."""
     if t.state != FAIL:
         return False
     reason = str(t.user_attrs.get("reason", ""))
-    return reason.startswith(INTERRUPTED) or ("feasible" not in t.user_attrs and not reason)
+    return reason.startswith(INTERRUPTED) or not reason
 
 
 def proposed_by(study, source: str, include_running: bool = True) -> list:

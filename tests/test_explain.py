@@ -203,3 +203,12 @@ def test_per_dimension_bytes_add_up_and_hidden_time_is_never_negative(model, clu
     assert np.allclose(parts, out["xb_bytes_per_gpu"], rtol=1e-12, atol=0)
     assert np.all(out["dp_exposed_s"] <= out["dp_link_s"] * (1 + 1e-12) + 1e-15)
     assert np.all(out["dp_exposed_s"] >= 0) and np.all(out["dp_exposed_s"] <= out["dp_comm_s"] + 1e-12)
+
+
+def test_explain_and_sensitivity_where_nothing_fits_say_so_in_one_line():
+    """Review finding: with no configuration in memory, explain and sensitivity tracebacked."""
+    tiny = ["--model", "llama3-405b", "--cluster", "local-2bldg", "--gpus", "16"]
+    for cmd in (["explain", *tiny], ["sensitivity", *tiny, "--axis", "loss", "--values", "0"]):
+        code, out, err = run_cli(cmd)
+        assert code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, (cmd, err)
+        assert "fits in memory" in err

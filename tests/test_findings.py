@@ -124,6 +124,7 @@ def schedule_edges(model, distance_km, batch):
     return t["1f1b"] / t["interleaved_1f1b"] - 1, t["zb1p"] / t["zbv"] - 1
 
 
+@pytest.mark.slow      # 26 s: CI's slow suite runs it (default suite under 10 minutes)
 def test_d_message_multiplying_schedules_lose_their_edge_with_latency():
     """PP-out, llama3-8b, 1,024 sequences: interleaved 1F1B's lead over 1F1B and ZBV's over ZB1P
     shrink from 1 km to 2,000 km; interleaved's is a loss there, ZBV's by 4,000 km.
@@ -177,6 +178,7 @@ def test_e_few_flows_ecmp_loses_to_spraying_and_more_qps_close_the_gap():
 
 
 # (f) -------------------------------------------------------------------------------------------
+@pytest.mark.slow      # 32 s: CI's slow suite runs it (default suite under 10 minutes)
 def test_f_go_back_n_loses_far_more_than_selective_repeat_as_distance_times_loss_grows():
     """A DP-out DDP ring on llama3-70b, one queue pair: go-back-N's penalty over selective repeat
     grows with distance x loss, from nothing to tens of percent (each loss stalls the NCCL window for

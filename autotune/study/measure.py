@@ -23,7 +23,7 @@ def failure_kinds(trials) -> dict:
     for t in trials:
         if t.state != optuna.trial.TrialState.FAIL:
             continue
-        reason = str(t.user_attrs.get("reason", "")) or (INTERRUPTED if "feasible" not in t.user_attrs else "")
+        reason = str(t.user_attrs.get("reason", "")) or INTERRUPTED     # no reason: failed by the heartbeat check
         kind = next((k for needle, k in FAILURE_KINDS if needle in reason), "other")
         out[kind] = out.get(kind, 0) + 1
     return dict(sorted(out.items()))

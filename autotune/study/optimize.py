@@ -48,13 +48,16 @@ class Loop:
     bar: object = None
 
     def finished(self) -> int:
-        """Finished trials the study holds, those interrupted before this run started not counted."""
+        """Finished trials the study holds, interrupted ones not counted (recounted each turn:
+        another worker may fail a dead worker's trial while this one runs)."""
         calls, st = self.run.calls, self.study._storage
-        return calls(st.get_n_trials, self.study._study_id, state=DONE_STATES) - self._interrupted
+        n = calls(st.get_n_trials, self.study._study_id, state=DONE_STATES)
+        if self.budget.until is not None:
+            n -= sum(map(is_interrupted, calls(self.study.get_trials, deepcopy=False,
+                                               states=(optuna.trial.TrialState.FAIL,))))
+        return n
 
     def __call__(self) -> int:
-        self._interrupted = sum(map(is_interrupted, self.study.get_trials(
-            deepcopy=False, states=(optuna.trial.TrialState.FAIL,))))
         while True:
             done = self.finished()
             if self.bar is not None:
@@ -87,8 +90,21 @@ class Loop:
         if proposal is EXHAUSTED:
             return None, False
         if proposal is SAMPLER:
-            return calls(self.study.ask, r.distributions), False
+            return self._sampled(), False
         return self._create(proposal, r.strategy.name), True
+
+    def _sampled(self):
+        """A trial the study's sampler fills: created with its owner in one write (so no other
+        worker can take it for a dead one's while the sampler works), then sampled through the
+        public suggest API, as ``study.ask(distributions)`` does."""
+        r = self.run
+        trial = r.calls(create_running_trial, self.study, {}, {}, {"owner": OWNER})
+        for name, d in r.distributions.items():
+            if isinstance(d, optuna.distributions.CategoricalDistribution):
+                r.calls(trial.suggest_categorical, name, d.choices)
+            else:
+                r.calls(trial.suggest_int, name, d.low, d.high)
+        return trial
 
     def _create(self, params: dict, source: str):
         r = self.run
@@ -100,8 +116,8 @@ class Loop:
         """``recorded``: its owner and configuration were written when it was created."""
         r = self.run
         cfg = r.encoding.decode(trial.params)
-        if not recorded:                              # asked of the sampler: recorded now
-            r.recorder.start(trial, cfg, OWNER)
+        if not recorded:                              # sampled: its configuration recorded now
+            r.recorder.start(trial, cfg, None if "owner" in trial.user_attrs else OWNER)
         with heartbeat(self.study, trial._trial_id):
             m = measure(r.backend, r.scenario, cfg, r.trial_timeout_s)
             frozen = r.recorder.tell(self.study, trial, m)

@@ -148,6 +148,9 @@ def resolve(g: Given, attrs: dict | None, name: str, track: bool) -> Resolved:
     check_against(given, stored, name, False)
     tracking_uri = _tracking_uri(g.tracking_uri, stored, masked, name, track)
     experiment = g.experiment if g.experiment is not None else stored.get("experiment")
+    if experiment is None and attrs is None and track:     # a new study keeps $MLFLOW_EXPERIMENT_NAME's value
+        from ..tracking import EXPERIMENT, experiment_name
+        experiment = experiment_name() if experiment_name() != EXPERIMENT else None
     return Resolved(spec=_new_spec(scenario, strategy.name, value, b_opts, s_opts,
                                    g.tracking_uri if g.tracking_uri is not None else stored.get("tracking_uri"),
                                    experiment),

@@ -34,9 +34,10 @@ class Recorder:
     hbm_bytes: float
     backend_name: str
 
-    def start(self, trial, config, owner: str) -> None:
-        """Before the measurement: who runs the trial and what it measures (knob by knob)."""
-        self.calls(trial.set_user_attr, "owner", owner)
+    def start(self, trial, config, owner: str | None) -> None:
+        """Before the measurement: who runs the trial (unless already written) and its configuration."""
+        if owner is not None:
+            self.calls(trial.set_user_attr, "owner", owner)
         for k, v in config_attrs(config).items():
             self.calls(trial.set_user_attr, k, v)
 
@@ -54,6 +55,9 @@ class Recorder:
             call(trial.set_user_attr, "reason", m.reason)
         fail = optuna.trial.TrialState.FAIL
         if m.failed or (not m.feasible and (self.infeasible == "fail" or self.sampler_name not in SUPPORTS_CONSTRAINTS)):
+            if not m.reason:        # every failure autotune tells has a reason (none: interrupted)
+                call(trial.set_user_attr, "reason", "out of memory (no reason given by the backend)" if not m.failed
+                     else "failed (no reason given by the backend)")
             told = call(study.tell, trial, state=fail)        # out of memory: failed with its reason
         else:
             deficit = float(m.extra.get("memory_deficit_bytes", 0.0) or 0.0)
