@@ -1,143 +1,21 @@
 """The ``autotune`` command line: parse, call the library, print (human or --json)."""
 from __future__ import annotations
 
-import json
-import math
 import os
-import re
 import sys
-
-from pathlib import Path
 
 import click
 
+from .cli_common import (EXIT_SERVICE_UNAVAILABLE, EXIT_USER_ERROR, STRICT_FLOAT, STRICT_INT, _emit, _header, _params,
+                         _print_evaluation, _print_header, _scenario, params_option, scenario_options)
+from .cli_explain import explain, report, sensitivity, timeline
 from .errors import ServiceUnavailable, StorageCorrupt, UserInputError
-
-EXIT_USER_ERROR = 2
-EXIT_SERVICE_UNAVAILABLE = 3
-
-
-class _StrictInt(click.ParamType):
-    """An integer written with the ASCII digits 0-9 and an optional sign: Python's int() also
-    takes '1_000' and other scripts' digits ('٨'), which a command line must not read as numbers."""
-    name = "integer"
-
-    def convert(self, value, param, ctx):
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        text = str(value).strip()
-        if not re.fullmatch(r"[+-]?[0-9]+", text, flags=re.ASCII):
-            self.fail(f"got {_short(value)!r}; allowed: an integer written with the digits 0-9", param, ctx)
-        return int(text)
-
-
-class _StrictFloat(click.ParamType):
-    """A finite decimal number in ASCII (digits, one point, an exponent); no nan, inf or '1_0'."""
-    name = "number"
-
-    def convert(self, value, param, ctx):
-        if isinstance(value, float) and math.isfinite(value):
-            return value
-        text = str(value).strip()
-        if not re.fullmatch(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?", text, flags=re.ASCII) \
-                or not math.isfinite(float(text)):
-            self.fail(f"got {_short(value)!r}; allowed: a finite number written with the digits 0-9", param, ctx)
-        return float(text)
-
-
-def _short(value, n: int = 60):
-    text = str(value)
-    return text if len(text) <= n else text[:n] + f"...({len(text)} characters)"
-
-
-STRICT_INT, STRICT_FLOAT = _StrictInt(), _StrictFloat()
-
-
-def _emit(data: dict, as_json: bool, human) -> None:
-    if as_json:
-        click.echo(json.dumps(data, indent=2, default=str))
-    else:
-        human(data)
-
-
-def scenario_options(f):
-    """Options shared by every command that needs a scenario."""
-    opts = [
-        click.option("--model", "model", default=None, help="model preset (e.g. llama3-405b)"),
-        click.option("--cluster", "cluster", default=None, help="cluster preset (e.g. campus-5bldg)"),
-        click.option("--gpus", type=STRICT_INT, default=None, help="total GPUs, split evenly over buildings"),
-        click.option("--global-batch", "global_batch", type=STRICT_INT, default=None, help="sequences per step"),
-        click.option("--seq-len", "seq_len", type=STRICT_INT, default=None),
-        click.option("--precision", type=click.Choice(["bf16", "fp16", "fp8", "fp32"]), default=None),
-        click.option("--scenario", "scenario_file", default=None, help="scenario YAML (model, workload, cluster)"),
-        click.option("--set", "overrides", multiple=True, help="dotted override, e.g. cluster.cross_building.loss_rate=1e-5"),
-    ]
-    for o in reversed(opts):
-        f = o(f)
-    return f
-
-
-def params_option(f):
-    return click.option("--params", "params_file", default=None,
-                        help="cost-model parameter file (as `validate --fit --write` writes it); "
-                             "default: the shipped calibration")(f)
-
-
-def _params(path):
-    if path is None:
-        return None
-    from .costmodel.params import load_params_file
-    return load_params_file(path)
-
-
-def _scenario(kw):
-    from .specs.presets import build_scenario
-    return build_scenario(model=kw.pop("model"), cluster=kw.pop("cluster"), gpus=kw.pop("gpus"),
-                          global_batch=kw.pop("global_batch"), seq_len=kw.pop("seq_len"),
-                          precision=kw.pop("precision"), scenario_file=kw.pop("scenario_file"),
-                          overrides=kw.pop("overrides"))
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "show_default": True})
 @click.version_option(package_name="autotune", prog_name="autotune")
 def cli():
     """autotune: find the fastest scale-across training configuration, and show why."""
-
-
-def _fmt_bytes(b: float) -> str:
-    return f"{b / 2**30:.1f} GiB"
-
-
-def _header(scen) -> dict:
-    """What every command reports about its scenario: the summary, the network tiers as the model
-    reads them and the effective scenario after every preset, file and --set (JSON)."""
-    return {"scenario": scen.summary(), "network": scen.network_lines(),
-            "effective_scenario": scen.model_dump(mode="json")}
-
-
-def _print_header(d: dict) -> None:
-    s = d["scenario"]
-    click.echo(f"scenario: {s['model']} x {s['cluster']}: {s['gpus']:,} GPUs in {s['buildings']} buildings, "
-               f"batch {s['global_batch_seqs']} x {s['seq_len']} tokens, {s['precision']}")
-    for line in d.get("network", []):
-        click.echo(f"  {line}")
-
-
-def _print_evaluation(d: dict) -> None:
-    """One evaluated configuration: headline figures, then the breakdown as shares."""
-    state = "feasible" if d["feasible"] else f"INFEASIBLE ({d['reason']})"
-    click.echo(f"iteration {d['iteration_time_s']:.4f} s   tokens/s {d['tokens_per_s']:,.0f}   "
-               f"MFU {100 * d['mfu']:.1f}%   memory {_fmt_bytes(d['memory_per_gpu_bytes'])}/GPU   {state}")
-    for k, v in d["breakdown"].items():
-        click.echo(f"  {k:<14} {v:10.4f} s  {100 * v / d['iteration_time_s']:5.1f}%")
-    tr = d["traffic"]
-    click.echo(f"  cross-building bytes per step: {tr['xb_bytes_per_step']:.3e} (per GPU: dp {tr['xb_dp_bytes_per_gpu']:.3e}, "
-               f"pp {tr['xb_pp_bytes_per_gpu']:.3e}, ep {tr['xb_ep_bytes_per_gpu']:.3e}, cp {tr['xb_cp_bytes_per_gpu']:.3e}); "
-               f"NVLink per GPU {tr['nvlink_bytes_per_gpu']:.3e}")
-    ex = d.get("exposure") or {}
-    if ex:
-        click.echo(f"  DP step-end collectives: link {ex['dp_link_s']:.4f} s, exposed {ex['dp_exposed_s']:.4f} s, "
-                   f"hidden {ex['dp_hidden_s']:.4f} s")
 
 
 @cli.command()
@@ -172,169 +50,6 @@ def evaluate(config_text, simulate, params_file, as_json, **kw):
         _print_launch(d["launch"])
         if "simulated" in d:
             click.echo(f"  simulated iteration: {d['simulated']['iteration_time_s']:.4f} s")
-    _emit(data, as_json, human)
-
-
-@cli.command()
-@scenario_options
-@click.option("--config", "config_text", default=None,
-              help='the configuration to explain ("tp=8,pp=16,..." or a YAML file); default: the exact optimum')
-@params_option
-@click.option("--out", "out_dir", default=None, help="folder for explain.png (breakdowns and attribution)")
-@click.option("--html", "html_path", default=None, help="also write a static HTML report (figures embedded)")
-@click.option("--json", "as_json", is_flag=True)
-def explain(config_text, params_file, out_dir, html_path, as_json, **kw):
-    """Why a configuration beats production, naive and sota: breakdowns side by side, the knobs
-    that differ and the time each saves when changed alone (the rest: interactions)."""
-    from .explain import explain as run_explain
-    from .explain import explain_plot
-    params, scen = _params(params_file), _scenario(kw)
-    if out_dir is not None:
-        from .launch import check_out_dir
-        check_out_dir(out_dir)
-    try:
-        cfg = None
-        if config_text is not None:
-            from .configparse import make_config, parse_config_text
-            cfg = make_config(parse_config_text(config_text), scen.n_gpus)
-        data = run_explain(scen, cfg, params) | _header(scen)
-    except UserInputError:
-        if out_dir is not None and config_text is not None:      # still draw the baselines, then say why
-            from .explain import baselines_only
-            explain_plot(baselines_only(scen, params), Path(out_dir) / "explain.png",
-                         "baselines only: the given configuration is illegal")
-        raise
-    if out_dir is not None:
-        data["files"] = [str(Path(out_dir) / "explain.png")]
-        explain_plot(data, data["files"][0], f"{scen.model.name} x {scen.cluster.name}")
-    if html_path is not None:
-        from .htmlreport import write_explain_report
-        _check_file_target(html_path, "--html")
-        data["report_s"] = write_explain_report(scen, data, html_path, params)
-        data.setdefault("files", []).append(html_path)
-
-    def human(d):
-        _print_header(d)
-        e = d["evaluation"]
-        click.echo("explained: " + ",".join(f"{k}={v}" for k, v in d["config"].items()))
-        _print_evaluation(e)
-        for name, b in d["baselines"].items():
-            if b.get("config") is None:
-                click.echo(f"vs {name}: {b['reason']}")
-                continue
-            be = b["evaluation"]
-            click.echo(f"vs {name}: {be['iteration_time_s']:.4f} s"
-                       + ("" if be["feasible"] else f" (INFEASIBLE: {be['reason']})"))
-            att = b.get("attribution")
-            if att:
-                click.echo(f"  gap {att['gap_s']:+.4f} s, changed one at a time:")
-                for st in att["steps"]:
-                    click.echo(f"    {st['factor']:<18} {st['baseline']} -> {st['explained']}: "
-                               f"{st['saved_s']:+.4f} s" + (f"  ({st['note']})" if st["note"] else ""))
-                click.echo(f"    {'interactions':<18} {att['remainder_s']:+.4f} s")
-        for f in d.get("files", []):
-            click.echo(f"wrote {f}")
-    _emit(data, as_json, human)
-
-
-@cli.command()
-@scenario_options
-@click.option("--axis", default="bandwidth,distance,loss", help="comma-separated: bandwidth, distance, loss")
-@click.option("--values", "values_text", default=None,
-              help="comma-separated points for a single --axis (bandwidth: multiples of the nominal)")
-@params_option
-@click.option("--out", "out_png", default="sensitivity.png", help="the PNG to write")
-@click.option("--json", "as_json", is_flag=True)
-def sensitivity(axis, values_text, params_file, out_png, as_json, **kw):
-    """The exact optimum as the cross-building link gets worse or better: one sweep per axis, the
-    nominal optimum's time beside it, the points where the optimum switches marked."""
-    from .sensitivity import sensitivity_plot, sweep
-    params, scen = _params(params_file), _scenario(kw)
-    axes = [a.strip() for a in axis.split(",")]
-    values = None
-    if values_text is not None:
-        if len(axes) != 1:
-            raise UserInputError("--values", values_text, "points for one --axis at a time")
-        try:
-            values = [float(x) for x in values_text.split(",")]
-        except ValueError:
-            raise UserInputError("--values", values_text, "comma-separated numbers") from None
-        if not all(math.isfinite(v) and v >= 0 for v in values) or len(values) > 64:
-            raise UserInputError("--values", values_text, "up to 64 finite numbers >= 0")
-    _check_file_target(out_png, "--out")
-    first = sweep(scen, axes[0], values, params)
-    from .specs import Config
-    results = [first] + [sweep(scen, a, values, params, Config(**first["nominal_config"])) for a in axes[1:]]
-    sensitivity_plot(results, out_png, f"{scen.model.name} x {scen.cluster.name}")
-    data = {"sweeps": results, "file": out_png} | _header(scen)
-
-    def human(d):
-        _print_header(d)
-        for r in d["sweeps"]:
-            click.echo(f"{r['label']}:")
-            for i, p in enumerate(r["points"]):
-                c = p["best_config"] or {}
-                mark = "  <- switch" if i in r["switches"] else ""
-                click.echo(f"  {p['value']:<10g} optimum {p['best_s']:.4f} s ({c.get('placement')}, "
-                           f"{c.get('pp_schedule')}, {c.get('dp_flavour')})   nominal optimum {p['nominal_best_s']:.4f} s"
-                           + mark)
-        click.echo(f"wrote {d['file']}")
-    _emit(data, as_json, human)
-
-
-@cli.command()
-@click.option("--study-name", "study_name", required=True)
-@click.option("--storage", default=None, help="the study's SQLAlchemy URL (default sqlite:///autotune.db)")
-@params_option
-@click.option("--out", "out_html", default="report.html", help="the HTML file to write")
-@click.option("--json", "as_json", is_flag=True)
-def report(study_name, storage, params_file, out_html, as_json):
-    """A static HTML report of a stored study (figures embedded): convergence, top 10, breakdowns,
-    the best configuration explained against the baselines, its pipeline timeline."""
-    from .htmlreport import write_study_report
-    from .study import DEFAULT_STORAGE
-    _check_file_target(out_html, "--out")
-    seconds = write_study_report(storage or DEFAULT_STORAGE, study_name, out_html, _params(params_file))
-    _emit({"file": out_html, "seconds": seconds}, as_json, lambda d: click.echo(f"wrote {d['file']} in {d['seconds']:.1f} s"))
-
-
-def _check_file_target(path: str, option: str) -> None:
-    p = Path(path)
-    if p.is_dir() or not p.parent.is_dir():
-        raise UserInputError(option, path, "a file path in an existing folder")
-
-
-@cli.command()
-@scenario_options
-@click.option("--config", "config_text", required=True, help='"tp=8,pp=8,pp_schedule=zbv,..." or a YAML file')
-@params_option
-@click.option("--out", "out_png", default="timeline.png", help="the PNG to write")
-@click.option("--json", "as_json", is_flag=True)
-def timeline(config_text, params_file, out_png, as_json, **kw):
-    """The event simulator's pipeline schedule of one configuration as a picture: ranks as rows,
-    forward / backward / weight-gradient blocks, waits (red: across buildings)."""
-    from .configparse import make_config, parse_config_text
-    from .space import SearchSpace
-    from .timeline import timeline as run_timeline
-    from .timeline import timeline_plot
-    params, scen = _params(params_file), _scenario(kw)
-    cfg = make_config(parse_config_text(config_text), scen.n_gpus)
-    SearchSpace(scen).check(cfg)
-    if not Path(out_png).parent.is_dir():
-        raise UserInputError("--out", out_png, "a PNG path in an existing folder")
-    if not as_json:
-        click.echo(f"simulating every op of {cfg.pp} stages (event-level; grows about quadratically with the "
-                   "micro-batches: minutes for hundreds) ...", err=True)
-    tl = run_timeline(scen, cfg, params)
-    timeline_plot(tl, out_png)
-    data = tl.to_dict() | {"file": out_png} | _header(scen)
-
-    def human(d):
-        click.echo(f"{d['schedule']}: pp {d['pp']}, {d['micro_batches']} micro-batches, step pipeline "
-                   f"{d['makespan_s']:.4f} s")
-        for r, (b, x) in enumerate(zip(d["bubble_s"], d["xb_wait_s"])):
-            click.echo(f"  rank {r:<3} bubble {b:.4f} s (waiting across buildings {x:.4f} s)")
-        click.echo(f"wrote {d['file']}")
     _emit(data, as_json, human)
 
 
@@ -926,6 +641,10 @@ def calibrate(backend, backend_options, xb_mbit, n_configs, holdout, seed, out_p
                        f"pp={f['config']['pp']} at {f['xb_mbit']:g} Mbit/s: {f['reason'][:200]}")
         click.echo(f"scenario file: {d['scenario_file']}  (use with --scenario)")
     _emit(data, as_json, human)
+
+
+for _command in (explain, timeline, sensitivity, report):      # why a configuration wins: cli_explain.py
+    cli.add_command(_command)
 
 
 def main(argv=None) -> int:

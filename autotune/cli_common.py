@@ -1,0 +1,138 @@
+"""What every ``autotune`` command shares: strict number types, the scenario and parameter-file
+options, JSON or human output, and the scenario header (``cli.py`` and ``cli_explain.py`` use them)."""
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+
+import click
+
+from .errors import UserInputError
+
+EXIT_USER_ERROR = 2
+EXIT_SERVICE_UNAVAILABLE = 3
+
+
+class _StrictInt(click.ParamType):
+    """An integer written with the ASCII digits 0-9 and an optional sign: Python's int() also
+    takes '1_000' and other scripts' digits ('٨'), which a command line must not read as numbers."""
+    name = "integer"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        text = str(value).strip()
+        if not re.fullmatch(r"[+-]?[0-9]+", text, flags=re.ASCII):
+            self.fail(f"got {_short(value)!r}; allowed: an integer written with the digits 0-9", param, ctx)
+        return int(text)
+
+
+class _StrictFloat(click.ParamType):
+    """A finite decimal number in ASCII (digits, one point, an exponent); no nan, inf or '1_0'."""
+    name = "number"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, float) and math.isfinite(value):
+            return value
+        text = str(value).strip()
+        if not re.fullmatch(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?", text, flags=re.ASCII) \
+                or not math.isfinite(float(text)):
+            self.fail(f"got {_short(value)!r}; allowed: a finite number written with the digits 0-9", param, ctx)
+        return float(text)
+
+
+def _short(value, n: int = 60):
+    text = str(value)
+    return text if len(text) <= n else text[:n] + f"...({len(text)} characters)"
+
+
+STRICT_INT, STRICT_FLOAT = _StrictInt(), _StrictFloat()
+
+
+def _emit(data: dict, as_json: bool, human) -> None:
+    if as_json:
+        click.echo(json.dumps(data, indent=2, default=str))
+    else:
+        human(data)
+
+
+def scenario_options(f):
+    """Options shared by every command that needs a scenario."""
+    opts = [
+        click.option("--model", "model", default=None, help="model preset (e.g. llama3-405b)"),
+        click.option("--cluster", "cluster", default=None, help="cluster preset (e.g. campus-5bldg)"),
+        click.option("--gpus", type=STRICT_INT, default=None, help="total GPUs, split evenly over buildings"),
+        click.option("--global-batch", "global_batch", type=STRICT_INT, default=None, help="sequences per step"),
+        click.option("--seq-len", "seq_len", type=STRICT_INT, default=None),
+        click.option("--precision", type=click.Choice(["bf16", "fp16", "fp8", "fp32"]), default=None),
+        click.option("--scenario", "scenario_file", default=None, help="scenario YAML (model, workload, cluster)"),
+        click.option("--set", "overrides", multiple=True, help="dotted override, e.g. cluster.cross_building.loss_rate=1e-5"),
+    ]
+    for o in reversed(opts):
+        f = o(f)
+    return f
+
+
+def params_option(f):
+    return click.option("--params", "params_file", default=None,
+                        help="cost-model parameter file (as `validate --fit --write` writes it); "
+                             "default: the shipped calibration")(f)
+
+
+def _params(path):
+    if path is None:
+        return None
+    from .costmodel.params import load_params_file
+    return load_params_file(path)
+
+
+def _scenario(kw):
+    from .specs.presets import build_scenario
+    return build_scenario(model=kw.pop("model"), cluster=kw.pop("cluster"), gpus=kw.pop("gpus"),
+                          global_batch=kw.pop("global_batch"), seq_len=kw.pop("seq_len"),
+                          precision=kw.pop("precision"), scenario_file=kw.pop("scenario_file"),
+                          overrides=kw.pop("overrides"))
+
+
+def _fmt_bytes(b: float) -> str:
+    return f"{b / 2**30:.1f} GiB"
+
+
+def _header(scen) -> dict:
+    """What every command reports about its scenario: the summary, the network tiers as the model
+    reads them and the effective scenario after every preset, file and --set (JSON)."""
+    return {"scenario": scen.summary(), "network": scen.network_lines(),
+            "effective_scenario": scen.model_dump(mode="json")}
+
+
+def _print_header(d: dict) -> None:
+    s = d["scenario"]
+    click.echo(f"scenario: {s['model']} x {s['cluster']}: {s['gpus']:,} GPUs in {s['buildings']} buildings, "
+               f"batch {s['global_batch_seqs']} x {s['seq_len']} tokens, {s['precision']}")
+    for line in d.get("network", []):
+        click.echo(f"  {line}")
+
+
+def _print_evaluation(d: dict) -> None:
+    """One evaluated configuration: headline figures, then the breakdown as shares."""
+    state = "feasible" if d["feasible"] else f"INFEASIBLE ({d['reason']})"
+    click.echo(f"iteration {d['iteration_time_s']:.4f} s   tokens/s {d['tokens_per_s']:,.0f}   "
+               f"MFU {100 * d['mfu']:.1f}%   memory {_fmt_bytes(d['memory_per_gpu_bytes'])}/GPU   {state}")
+    for k, v in d["breakdown"].items():
+        click.echo(f"  {k:<14} {v:10.4f} s  {100 * v / d['iteration_time_s']:5.1f}%")
+    tr = d["traffic"]
+    click.echo(f"  cross-building bytes per step: {tr['xb_bytes_per_step']:.3e} (per GPU: dp {tr['xb_dp_bytes_per_gpu']:.3e}, "
+               f"pp {tr['xb_pp_bytes_per_gpu']:.3e}, ep {tr['xb_ep_bytes_per_gpu']:.3e}, cp {tr['xb_cp_bytes_per_gpu']:.3e}); "
+               f"NVLink per GPU {tr['nvlink_bytes_per_gpu']:.3e}")
+    ex = d.get("exposure") or {}
+    if ex:
+        click.echo(f"  DP step-end collectives: link {ex['dp_link_s']:.4f} s, exposed {ex['dp_exposed_s']:.4f} s, "
+                   f"hidden {ex['dp_hidden_s']:.4f} s")
+
+
+def _check_file_target(path: str, option: str) -> None:
+    p = Path(path)
+    if p.is_dir() or not p.parent.is_dir():
+        raise UserInputError(option, path, "a file path in an existing folder")
