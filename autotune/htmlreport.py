@@ -77,7 +77,7 @@ def _timeline_part(scen, data: dict, params) -> str:
     cfg = Config(**data["config"])
     if cfg.pp == 1:
         return "<p>No pipeline (pp = 1): no timeline.</p>"
-    m = data["evaluation"].get("micro_batches") or scen.global_batch_seqs // max(cfg.dp * cfg.micro_batch, 1)
+    m = int(data["evaluation"]["traffic"]["micro_batches"])
     ops = 3 * m * cfg.pp * max(cfg.pp_chunks, 2)
     if ops > MAX_TIMELINE_OPS:
         return (f"<p>Timeline not drawn here: about {ops:,} ops to simulate. Draw it with <code>autotune timeline "

@@ -15,8 +15,6 @@ import optuna
 
 from .specs import Config
 
-KNOBS = tuple(Config.model_fields)
-"""The knobs of a stored configuration."""
 INTERRUPTED = "interrupted"
 """Reason prefix of a trial whose process died mid-trial: failed, and never counted as done."""
 SOURCE = "source"
@@ -47,11 +45,10 @@ def is_interrupted(t) -> bool:
     return reason.startswith(INTERRUPTED) or not reason
 
 
-def proposed_by(study, source: str, include_running: bool = True) -> list:
+def proposed_by(study, source: str) -> list:
     """Trials the study holds that ``source`` proposed, interrupted ones left out (they are
     proposed again)."""
-    states = (COMPLETE, FAIL, RUNNING) if include_running else (COMPLETE, FAIL)
-    return [t for t in study.get_trials(deepcopy=False, states=states)
+    return [t for t in study.get_trials(deepcopy=False, states=(COMPLETE, FAIL, RUNNING))
             if t.user_attrs.get(SOURCE) == source and not is_interrupted(t)]
 
 

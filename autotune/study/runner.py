@@ -4,7 +4,6 @@ the MLflow callback (``autotune.tracking_callback``), then the summary (``summar
 from __future__ import annotations
 
 import json
-import time
 
 import optuna
 import sqlalchemy.exc
@@ -165,6 +164,3 @@ class StudyRunner:
             raise ServiceUnavailable("--tracking-uri", mask_uri(self.tracking_uri), tracker.retries, tracker.dead,
                                      "every finished trial is in the storage; resume with "
                                      f"--study-name {self.study_name} to log them")
-
-    def elapsed_since(self, t0: float) -> float:
-        return time.perf_counter() - t0

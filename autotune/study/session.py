@@ -32,7 +32,7 @@ def run_session(run) -> dict:
     orphaned = set(fail_orphaned_trials(study))
     base = run._baselines(study)
     budget = Budget(run.budget.trials, run.budget.until)       # each run counts its own trials
-    if budget.until is not None and len(study.trials) and budget.spent(_finished(study)):
+    if budget.until is not None and len(study.trials) and budget.spent(Loop(run, study, budget).finished()):
         run.note = f"the study already holds {budget.until} or more finished trials (--until {budget.until}): " \
                    "nothing to run; give --trials N to add N more"
         run._say(run.note)
@@ -76,7 +76,3 @@ def run_session(run) -> dict:
     run.last_values = feasible_values(study.trials)
     return summarise(study, base, tracker, run, time.perf_counter() - t0, ran)
 
-
-def _finished(study) -> int:
-    from ..trials import is_interrupted
-    return sum(1 for t in study.get_trials(deepcopy=False) if t.state.is_finished() and not is_interrupted(t))
