@@ -130,6 +130,32 @@ def _print_evaluation(d: dict) -> None:
     if ex:
         click.echo(f"  DP step-end collectives: link {ex['dp_link_s']:.4f} s, exposed {ex['dp_exposed_s']:.4f} s, "
                    f"hidden {ex['dp_hidden_s']:.4f} s")
+    _print_tiers(d.get("tiers") or {})
+
+
+def tier_summary(table: dict) -> str:
+    """One line: exposed (hidden) seconds per network tier the configuration uses."""
+    parts = [f"{t} {c['exposed_s']:.4f} s ({c['hidden_s']:.4f} hidden)" for t, c in (table.get("total") or {}).items()
+             if any(c.values())]
+    return "communication exposed per tier: " + (", ".join(parts) if parts else "none")
+
+
+def _print_tiers(table: dict) -> None:
+    """Time and bytes per network tier and dimension, non-zero cells only (costmodel.tiers)."""
+    if not table:
+        return
+    click.echo("  per network tier, per GPU per step (link: busy; exposed: added to the step; hidden: overlapped):")
+    click.echo(f"    {'tier':<15}{'dim':<7}{'bytes':>11}{'link s':>10}{'exposed s':>11}{'hidden s':>10}")
+    for tier, tot in table["total"].items():
+        if not any(tot.values()):
+            continue
+        for dim, cells in table.items():
+            c = cells[tier]
+            if dim != "total" and any(c.values()):
+                click.echo(f"    {tier:<15}{dim:<7}{c['bytes_per_gpu']:11.3e}{c['link_s']:10.4f}"
+                           f"{c['exposed_s']:11.4f}{c['hidden_s']:10.4f}")
+        click.echo(f"    {tier:<15}{'all':<7}{tot['bytes_per_gpu']:11.3e}{tot['link_s']:10.4f}"
+                   f"{tot['exposed_s']:11.4f}{tot['hidden_s']:10.4f}")
 
 
 def _check_file_target(path: str, option: str) -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from .cli_common import (UserInputError, _check_file_target, _emit, _header, _params, _print_evaluation,
-                         _print_header, _scenario, params_option, scenario_options)
+                         _print_header, _scenario, params_option, scenario_options, tier_summary)
 
 
 @click.command()
@@ -61,6 +61,7 @@ def explain(config_text, params_file, out_dir, html_path, as_json, **kw):
             be = b["evaluation"]
             click.echo(f"vs {name}: {be['iteration_time_s']:.4f} s"
                        + ("" if be["feasible"] else f" (INFEASIBLE: {be['reason']})"))
+            click.echo("  " + tier_summary(be.get("tiers") or {}))
             att = b.get("attribution")
             if att:
                 click.echo(f"  gap {att['gap_s']:+.4f} s, changed one at a time:")

@@ -139,17 +139,20 @@ def _baselines(scenario, space, config, ev, params, baselines) -> dict:
 
 
 def explain_plot(data: dict, path, title: str = "") -> None:
-    """Left: stacked breakdowns of the explained configuration and the baselines. Right: the
+    """Left: stacked breakdowns of the explained configuration and the baselines. Middle: their
+    communication per network tier and dimension, exposed (solid) and hidden (hatched). Right: the
     attribution of the gap to the first baseline that has one, factor by factor, then the remainder."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     from .costmodel import BREAKDOWN_KEYS
-    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
-    bars = {"explained": data["evaluation"]["breakdown"]} if data.get("evaluation") else {}
-    bars.update({k: v["evaluation"]["breakdown"] for k, v in data["baselines"].items() if v.get("evaluation")
-                 and v["evaluation"]["feasible"]})
+    fig, (ax, axt, ax2) = plt.subplots(1, 3, figsize=(17, 4.8))
+    evals = {"explained": data["evaluation"]} if data.get("evaluation") else {}
+    evals.update({k: v["evaluation"] for k, v in data["baselines"].items() if v.get("evaluation")
+                  and v["evaluation"]["feasible"]})
+    bars = {k: e["breakdown"] for k, e in evals.items()}
+    _tier_panel(axt, {k: e.get("tiers") or {} for k, e in evals.items()})
     names, bottom = list(bars), [0.0] * len(bars)
     for key in BREAKDOWN_KEYS:
         vals = [bars[n].get(key, 0.0) for n in names]
@@ -171,3 +174,25 @@ def explain_plot(data: dict, path, title: str = "") -> None:
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
+
+
+def _tier_panel(ax, tables: dict) -> None:
+    """Stacked per configuration: each (tier, dimension) cell's exposed seconds, then its hidden
+    seconds hatched above them (``costmodel.tiers``)."""
+    from .costmodel.tiers import DIMS, TIERS
+    names = list(tables)
+    cells = [(t, d) for t in TIERS for d in DIMS
+             if any((tables[n].get(d) or {}).get(t, {}).get("link_s", 0.0) > 0 for n in names)]
+    colours = dict(zip(cells, __import__("matplotlib").colormaps["tab20"].colors))
+    bottom = [0.0] * len(names)
+    for part, style in (("exposed_s", {}), ("hidden_s", {"hatch": "//", "alpha": 0.45})):
+        for cell in cells:
+            t, d = cell
+            vals = [tables[n][d][t][part] for n in names]
+            ax.bar(names, vals, bottom=bottom, color=colours[cell], label=f"{t} {d}" if part == "exposed_s" else None,
+                   **style)
+            bottom = [b + v for b, v in zip(bottom, vals)]
+    ax.set_ylabel("seconds per iteration (hatched: hidden)")
+    ax.set_title("communication per tier and dimension")
+    if cells:
+        ax.legend(fontsize=7)

@@ -174,5 +174,10 @@ def test_child_runs_carry_throughput_mfu_memory_and_traffic_and_optuna_names_the
         m = x.data.metrics
         assert {"tokens_per_s", "mfu", "memory_per_gpu_bytes", "xb_bytes_per_step", "xb_bytes_per_gpu", "nvlink_bytes_per_gpu"} <= set(m)
         assert m["tokens_per_s"] > 0 and 0 < m["mfu"] < 1 and m["memory_per_gpu_bytes"] > 0
+        # issue 18: time and bytes per network tier (NVLink is always there: tp or nothing)
+        tiers = {k for k in m if k.startswith("tier.")}
+        assert tiers and all(k.split(".")[1] in ("nvlink", "scale_out", "cross_building") for k in tiers)
+        for t in {k.split(".")[1] for k in tiers}:
+            assert m[f"tier.{t}.exposed_s"] + m[f"tier.{t}.hidden_s"] >= m[f"tier.{t}.link_s"] * (1 - 1e-9)
     study = optuna.load_study(study_name="figures", storage=storage)
     assert study.metric_names == ["iteration_time_s"]

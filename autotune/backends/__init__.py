@@ -59,11 +59,13 @@ class CostModelBackend:
 
     def measure(self, scenario, config) -> Measurement:
         from ..costmodel import evaluate
+        from ..costmodel.tiers import flat_figures
         e = evaluate(scenario, config, self.params, check=False)
         return Measurement(iteration_time_s=e.iteration_time_s, feasible=e.feasible, reason=e.reason,
                            breakdown=e.breakdown,
                            extra={"memory_deficit_bytes": e.memory_deficit_bytes, "mfu": e.mfu,
-                                  "memory_per_gpu_bytes": e.memory_per_gpu_bytes, **e.traffic, **e.exposure})
+                                  "memory_per_gpu_bytes": e.memory_per_gpu_bytes, **e.traffic, **e.exposure,
+                                  **flat_figures(e.tiers)})
 
 
 def _lazy(module: str, cls: str, name: str, extra: str | None = None):

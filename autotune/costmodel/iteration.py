@@ -15,13 +15,14 @@ from ..specs.scenario import Scenario
 from . import constants as C
 from . import nccl as N
 from .collectives import all_to_all_time, p2p_time
-from .kernels import attention_core_fwd_time_s, expert_block_time_s, gemm_time_s, memory_bound_time_s
 from .params import CostParams, default_params
 from .pipeline import (S_1F1B, S_DUALPIPEV, S_GPIPE, S_INTERLEAVED, S_ZBV, bubble_time, chain_hops,
                        in_flight_microbatches)
 from .terms import (F_DDP, F_FSDP, F_HSDP, F_ZERO1, P_CP_OUT, P_DP_OUT, P_EP_OUT, P_HYBRID,  # noqa: F401
-                    P_PP_OUT, Transport, dp_comm, layout)
+                    P_PP_OUT, ComputeTerms, Transport, compute_terms, dp_comm_groups, layout,
+                    sum_groups)
 from .scenario_consts import FSDP_EVERY_PASS, FSDP_FORWARD, FSDP_NEVER, scenario_consts, tier_of_span
+from .tiers import accounting
 from .result import BREAKDOWN_KEYS, Evaluation, infeasible_reason  # noqa: F401 - public here too
 from .xp import NUMPY, SCALAR
 
@@ -34,27 +35,67 @@ CHUNK_ROWS = 12288
 in cache; whole-batch temporaries of several MiB are mmap'ed and page-faulted on every use."""
 
 
-def evaluate_batch(scenario: Scenario, batch: dict, params: CostParams | None = None, *, check: bool = True) -> dict:
+def evaluate_batch(scenario: Scenario, batch: dict, params: CostParams | None = None, *, check: bool = True,
+                   tiers: bool = False) -> dict:
     """Iteration time, breakdown, memory and feasibility of every configuration in ``batch``.
     ``check``: first raise a one-line UserInputError naming the first rule a row breaks
-    (``SearchSpace.violations``); callers whose rows come from a SearchSpace pass False."""
+    (``SearchSpace.violations``); callers whose rows come from a SearchSpace pass False.
+    ``tiers``: add the per-tier, per-dimension accounting (``tiers.TIER_KEYS``; off on the hot path)."""
     p = params or default_params()
     n = len(batch["tp"])
     if check:
         from ..space import rules_for
         rules_for(scenario).check_batch(batch)
+
+    def run(rows: dict, size: int) -> dict:
+        order = _branch_order(rows) if size >= SORT_MIN_ROWS else None
+        if order is not None:
+            rows = {k: v[order] for k, v in rows.items()}
+        out = iteration_formulas(scenario, rows, p, NUMPY)
+        if tiers:
+            out.update(accounting(scenario_consts(scenario, p), out["_acct"], NUMPY))
+        out = _public(out, size)
+        if order is not None:
+            back = np.empty_like(order)
+            back[order] = np.arange(size)
+            out = {k: v[back] for k, v in out.items()}
+        return out
     if n <= CHUNK_ROWS:
-        return _public(iteration_formulas(scenario, batch, p, NUMPY), n)
+        return run(batch, n)
     out: dict = {}
     for i in range(0, n, CHUNK_ROWS):
         sl = slice(i, i + CHUNK_ROWS)
-        part = _public(iteration_formulas(scenario, {k: v[sl] for k, v in batch.items()}, p, NUMPY),
-                       min(CHUNK_ROWS, n - i))
+        part = run({k: v[sl] for k, v in batch.items()}, min(CHUNK_ROWS, n - i))
         for k, v in part.items():
             if k not in out:
                 out[k] = np.empty(n, dtype=v.dtype)
             out[k][i:i + len(v)] = v
     return out
+
+
+SORT_KEYS = ("dp_flavour", "collective", "nccl_protocol", "placement", "pp_schedule", "recompute")
+"""Categorical knobs most of the model's branches test, most significant first."""
+SORT_MIN_ROWS = 2048
+"""Smallest batch worth sorting (``_branch_order``)."""
+
+
+def _branch_order(rows: dict):
+    """A row order that groups rows by the categorical knobs the formulas branch on. Every
+    ``where`` then meets long runs of one outcome instead of a random mask, which numpy runs
+    several times faster (branch prediction); the rows are put back in their order afterwards.
+    None where a column is not a small whole-number code."""
+    key = np.zeros(len(rows["tp"]), dtype=np.int64)
+    span = 1
+    for name in SORT_KEYS:
+        col = rows.get(name)
+        if col is None or np.asarray(col).dtype.kind not in "iu":
+            return None
+        width = int(col.max()) + 1 if len(col) else 1
+        span *= width
+        if span >= 1 << 15 or col.min() < 0:
+            return None
+        key = key * width + col
+    return np.argsort(key.astype(np.int16), kind="stable")    # radix sort: linear in the rows
 
 
 def _public(out: dict, n: int) -> dict:
@@ -88,41 +129,17 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
     stall_x_p2p = t.stall(ch_p2p, p2p_window)
     bw_x_p2p = xp.minimum(bw_x_p2p, p2p_window / (k.x_rtt_s * stall_x_p2p)) if k.x_rtt_s > 0 else bw_x_p2p
 
-    # ---- compute per micro-batch on the bottleneck rank ----
+    # ---- compute per micro-batch on the bottleneck rank (terms.compute_terms, once per distinct
+    # micro-batch, cp, tp and ep) ----
     Ls, Ls_dense, Ls_moe = lay.Ls, lay.Ls_dense, lay.Ls_moe
-    # GEMM time summed per GEMM: each runs at the efficiency of its own shape (M tokens, K, N / tp)
-    up_n = (k.mlp_mats - 1.0) * k.ffn / tp              # fused gate+up for SwiGLU
-
-    def gemm_time(M, K, N):
-        return gemm_time_s(M, K, N, k.peak_lin, k.ridge, p)
-    t_attn_lin = 0.0
-    for K_, N_, split in k.attn_gemms:              # ModelSpec.attn_gemms: 2 for GQA, 4-5 for MLA
-        t_attn_lin = t_attn_lin + gemm_time(tok, K_ / tp if split == "K" else K_, N_ / tp if split == "N" else N_)
-    t_mlp_dense = gemm_time(tok, k.h, up_n) + gemm_time(tok, k.ffn / tp, k.h)
-    if k.experts:
-        tok_e = xp.maximum(tok * k.top_k * ep / k.experts, 1.0)   # tokens per local expert
-        routed = expert_block_time_s(tok_e, k.h, k.ffn_e / tp, k.mlp_mats, k.experts / ep, k.peak_lin, k.ridge, p)
-        shared = expert_block_time_s(tok, k.h, k.ffn_e / tp, k.mlp_mats, k.shared, k.peak_lin, k.ridge, p)
-        t_moe_lin = routed * C.EXPERT_IMBALANCE_FACTOR + shared + 2.0 * tok * k.h * k.experts / (k.peak_lin * p.gemm_efficiency_max)
-    else:
-        t_moe_lin = 0.0
-    # attention core: FlashAttention skips masked blocks; unfused attention computes all s x s
-    # scores and streams them through HBM (softmax, dropout)
-    t_core = attention_core_fwd_time_s(tok, k.attn_keys, k.qv_width / tp, k.peak_bf16, p, k.qk_head_dim, k.seq / cp)
-    if not k.flash:
-        t_core = t_core + memory_bound_time_s(C.UNFUSED_SOFTMAX_TRAFFIC_BYTES_PER_SCORE * k.heads * tok * k.seq / tp,
-                                              k.hbm_Bps)
-    t_elem = memory_bound_time_s(C.ELEMENTWISE_TRAFFIC_BYTES_PER_TOKEN_HIDDEN * tok * k.h / tp, k.hbm_Bps)
-    t_head = gemm_time(tok, k.h, k.vocab / tp)       # LM head on the last rank
-    lin_f = Ls_dense * (t_attn_lin + t_mlp_dense) + Ls_moe * (t_attn_lin + t_moe_lin)
+    ct = ComputeTerms(*xp.by_key((batch["micro_batch"], batch["cp"], batch["tp"], batch["ep"]),
+                                 lambda mb_, cp_, tp_, ep_: tuple(compute_terms(k, p, mb_, cp_, tp_, ep_, xp)),
+                                 mb, cp, tp, ep))
+    t_attn_lin, t_moe_lin, t_core = ct.attn_lin, ct.moe_lin, ct.core
+    lin_f = Ls_dense * (t_attn_lin + ct.mlp_dense) + Ls_moe * (t_attn_lin + t_moe_lin)
     core_f = Ls * t_core
-    elem_f = Ls * t_elem
-    if k.experts:
-        # permute before dispatch (tok / tp tokens per rank under SP) and sort by local expert
-        # after it (tok tokens), un-permute both on the way back
-        routed_elems = tok * k.top_k * k.h * (1.0 + 1.0 / tp)
-        elem_f = elem_f + Ls_moe * memory_bound_time_s(C.MOE_PERMUTE_TRAFFIC_BYTES_PER_ROUTED_ELEMENT * routed_elems,
-                                                       k.hbm_Bps)
+    elem_f = Ls * ct.elem + Ls_moe * ct.moe_permute
+    t_head = ct.head
     fw = k.compute_scale                             # framework class (WorkloadSpec.framework)
     if fw != 1.0:
         lin_f, core_f, elem_f, t_head = fw * lin_f, fw * core_f, fw * elem_f, fw * t_head
@@ -177,7 +194,8 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
     n_e = xp.maximum(dp * cp / ep, 1.0)
     n_in_d, n_in_e = n_d / b_dp, n_e / x_exp
     is_fsdp, is_hsdp = fl == F_FSDP, fl == F_HSDP
-    ar, xar, rs, xrs, rs_in, hs_x, hxs, calls_d = dp_comm(k, p, batch, xp, t, lay)
+    dp_groups = dp_comm_groups(k, p, batch, xp, t, lay)
+    ar, xar, rs, xrs, rs_in, hs_x, hxs, calls_d = sum_groups(dp_groups)
 
     # FSDP/HSDP shard-group collectives (parameters and gradients move the same bytes), by the
     # workload's regather policy (WorkloadSpec.fsdp_regather):
@@ -193,13 +211,16 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
     rg = k.fsdp_regather
     if rg == FSDP_EVERY_PASS:
         gather_f_mb, gather_b_mb, shard_step, fsdp_colls = shard_coll, 2 * shard_coll, 0.0, 3 * m
+        pass_colls = fsdp_colls
     elif rg == FSDP_FORWARD:
         P_root = k.vocab * k.h / tp * xp.where(pp > 1, 1.0, 2.0)
         layer_share = (P_dense + P_exp - P_root) / (P_dense + P_exp)   # bytes share; latency terms approximated
         gather_f_mb, gather_b_mb = layer_share * shard_coll, 0.0
         shard_step, fsdp_colls = shard_coll, m * layer_share + 2
+        pass_colls = m * layer_share
     else:
         gather_f_mb, gather_b_mb, shard_step, fsdp_colls = 0.0, 0.0, shard_coll, 2.0
+        pass_colls = 0.0
     per_step_grad = xp.select([fl == F_DDP, fl == F_ZERO1, is_hsdp], [ar, rs, hs_x], 0.0) + shard_step
     per_step_param = xp.where(fl == F_ZERO1, rs, 0.0) + shard_step
 
@@ -311,6 +332,14 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
     xb_per_gpu = xb_dp + xb_pp + xb_ep + xb_cp
     nvlink_bytes = m * Ls * xp.where(rc == R_FULL, 12.0, 8.0) * (tp - 1) / tp * s_tp
 
+    acct = {"m": m, "Ls": Ls, "Ls_moe": Ls_moe, "tp": tp, "cp": cp, "ep": ep, "pp": pp, "cp_in": cp_in, "x_cp": x_cp,
+            "ep_in": ep_in, "x_ep": x_ep, "nvlink_bytes": nvlink_bytes, "kv_bytes": kv_bytes, "bw_cp": bw_cp,
+            "a_cp": a_cp, "a2a_bytes": a2a_bytes, "t_a2a": t_a2a, "xb_cp": xb_cp, "xb_ep": xb_ep, "xb_pp": xb_pp,
+            "stage_gpus": stage_gpus, "b_pp": b_pp, "hops": hops, "xhops": xhops, "s_pp": s_pp, "msgs": msgs,
+            "t_p2p_x": t_p2p_x, "t_p2p_in": t_p2p_in, "dp_groups": dp_groups, "fl": fl, "fsdp_colls": fsdp_colls,
+            "P_dense": P_dense, "P_exp": P_exp, "n_in_d": n_in_d, "n_in_e": n_in_e, "b_dp": b_dp, "x_exp": x_exp,
+            "tp_s": m * (tp_f + tp_b), "cp_s": m * (cp_f + cp_b), "ep_s": m * (ep_f + ep_b),
+            "pp_s": p2p_part + pp_latency, "dp_step_s": dp_exposed, "dp_pass_s": fsdp_part, "pass_colls": pass_colls}
     return {
         "iteration_time_s": iteration,
         "tokens_per_s": tokens_step / iteration,
@@ -340,6 +369,7 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
         "_pipe_t_f": t_f_p, "_pipe_t_b": t_b_p, "_pipe_t_w": t_w,
         "_t_p2p_in": t_p2p_in, "_t_p2p_x": t_p2p_x, "_b_pp": b_pp, "_T_pipe": T_pipe,
         "_dp_exposed": dp_exposed, "_t_opt": t_opt, "_hbm_bytes": k.hbm_bytes,
+        "_acct": acct,   # for the per-tier accounting (tiers.accounting), computed only on request
     }
 
 
@@ -366,4 +396,5 @@ def evaluate(scenario: Scenario, config, params: CostParams | None = None, *, ch
         rules_for(scenario).check(config)
     p = params or default_params()
     out = iteration_formulas(scenario, _scalar_row(config), p, SCALAR)
+    out.update(accounting(scenario_consts(scenario, p), out["_acct"], SCALAR))
     return Evaluation.from_outputs(config, out, out["_hbm_bytes"])

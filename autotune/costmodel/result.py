@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .tiers import TIER_KEYS, nested
+
 TRAFFIC_KEYS = ("xb_bytes_per_gpu", "xb_bytes_per_step", "nvlink_bytes_per_gpu", "xb_dp_bytes_per_gpu",
                 "xb_pp_bytes_per_gpu", "xb_ep_bytes_per_gpu", "xb_cp_bytes_per_gpu")
 """Bytes per step by tier (cross-building, NVLink) and, across buildings, by parallel dimension."""
@@ -32,6 +34,9 @@ class Evaluation:
     exposure: dict = field(default_factory=dict)
     """The data-parallel step-end collectives: link time, exposed (in ``dp_comm_s``) and hidden
     behind the last micro-batch's compute."""
+    tiers: dict = field(default_factory=dict)
+    """{dimension: {tier: {bytes_per_gpu, link_s, exposed_s, hidden_s}}} and per-tier totals
+    (``costmodel.tiers``); empty where the outputs carried no accounting."""
 
     @classmethod
     def from_outputs(cls, config, out: dict, hbm_bytes: float) -> "Evaluation":
@@ -47,6 +52,7 @@ class Evaluation:
             traffic={kk: float(out[kk]) for kk in TRAFFIC_KEYS} | {"micro_batches": float(out["micro_batches"])},
             exposure={"dp_link_s": float(out["dp_link_s"]), "dp_exposed_s": float(out["dp_exposed_s"]),
                       "dp_hidden_s": float(out["dp_link_s"]) - float(out["dp_exposed_s"])},
+            tiers=nested(out) if TIER_KEYS[0] in out else {},
         )
 
     def to_dict(self) -> dict:
@@ -55,4 +61,4 @@ class Evaluation:
                 "memory_per_gpu_bytes": self.memory_per_gpu_bytes,
                 "memory_deficit_bytes": self.memory_deficit_bytes, "feasible": self.feasible,
                 "reason": self.reason, "breakdown": self.breakdown, "traffic": self.traffic,
-                "exposure": self.exposure}
+                "exposure": self.exposure, "tiers": self.tiers}

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from ..specs.scenario import Scenario
 from . import constants as C
 from .network import effective_bandwidth_Bps
@@ -27,11 +29,14 @@ class ScenarioConsts:
     peak_lin: float; peak_bf16: float; peak_precision: float; ridge: float
     hbm_bytes: float; hbm_Bps: float; nvlink_Bps: float; nvlink_alpha_s: float; nic_Bps: float
     so_Bps: float; so_alpha_s: float; cz_Bps: float; cz_alpha_s: float
+    tier_bw_table: object        # (NVLink, scale-out, cross-zone) bandwidth, for tier_of_span
+    tier_alpha_table: object     # their one-way latencies
     x_uplink_Bps: float; x_alpha_s: float; x_rtt_s: float; x_paths: int; x_loss: float; x_mtu: int
     x_rto_s: float
     ll128: bool                  # NCCL's LL128 protocol runs on every building's nodes
     fsdp_unit_layers: float      # layers per FSDP unit (one all-gather / reduce-scatter each)
     x_tier: object
+    x_tier_name: str             # "cross_region" where buildings span regions, else "cross_building"
     net_eff: float
     flash: bool
     compute_scale: float         # 1 / framework_efficiency of the workload's framework class
@@ -111,6 +116,8 @@ def _compute_consts(scenario: Scenario, params: CostParams) -> ScenarioConsts:
     b_pp_h, b_dp_h = hybrid_split(c.n_buildings)
     x_uplink = G_b * xt.bandwidth_Bps / xt.oversubscription
     caps = {g.compute_capability for g in gpus}
+    nvlink_Bps = min(g.nvlink_bandwidth_Bps for g in gpus) * params.nvlink_efficiency
+    nvlink_alpha_s = max(g.nvlink_latency_s for g in gpus)
     ll128 = all(g.nccl_ll128 for g in gpus) and (len(caps) == 1 or min(caps) >= 9.0)
     return ScenarioConsts(
         L=m.n_layers, h=m.hidden, ffn=m.ffn_hidden, heads=m.n_heads, kv_dim=m.kv_dim, vocab=m.vocab,
@@ -128,15 +135,17 @@ def _compute_consts(scenario: Scenario, params: CostParams) -> ScenarioConsts:
         peak_lin=peak_lin, peak_bf16=peak_bf16, peak_precision=slow.peak_flops(scenario.precision),
         ridge=peak_bf16 / slow.hbm_bandwidth_Bps,   # roofline ridge of the precision's peak
         hbm_bytes=min(g.hbm_bytes for g in gpus), hbm_Bps=min(g.hbm_bandwidth_Bps for g in gpus),
-        nvlink_Bps=min(g.nvlink_bandwidth_Bps for g in gpus) * params.nvlink_efficiency,
-        nvlink_alpha_s=max(g.nvlink_latency_s for g in gpus), nic_Bps=nic,
+        nvlink_Bps=nvlink_Bps, nvlink_alpha_s=nvlink_alpha_s, nic_Bps=nic,
         so_Bps=so_Bps, so_alpha_s=c.scale_out.one_way_latency_s,
         cz_Bps=cz_Bps, cz_alpha_s=cz.one_way_latency_s,
+        tier_bw_table=np.array([nvlink_Bps, so_Bps, cz_Bps]),
+        tier_alpha_table=np.array([nvlink_alpha_s, c.scale_out.one_way_latency_s, cz.one_way_latency_s]),
         x_uplink_Bps=x_uplink, x_alpha_s=xt.one_way_latency_s,
         x_rtt_s=2 * xt.one_way_latency_s, x_paths=xt.paths(x_uplink), x_loss=xt.loss_rate, x_mtu=xt.mtu_bytes,
         x_rto_s=xt.rto_s(2 * xt.one_way_latency_s), ll128=ll128,
         fsdp_unit_layers=float(scenario.workload.fsdp_unit_layers),
-        x_tier=xt, net_eff=params.network_efficiency, flash=scenario.workload.flash_attention,
+        x_tier=xt, x_tier_name="cross_region" if len({b.region for b in c.buildings}) > 1 else "cross_building",
+        net_eff=params.network_efficiency, flash=scenario.workload.flash_attention,
         compute_scale=1.0 / framework_efficiency(params, scenario.workload.framework),
         **dict(zip(("wire_bytes", "weight_bytes", "grad_bytes", "optimizer_bytes"), precision_bytes(scenario.precision))),
         fsdp_regather=_REGATHER[scenario.workload.fsdp_regather],
@@ -151,8 +160,11 @@ def framework_efficiency(params: CostParams, framework: str) -> float:
 def tier_of_span(k: ScenarioConsts, span, xp=NUMPY):
     """(bandwidth, alpha) of the smallest in-building tier holding a group spanning ``span``
     consecutive GPUs: NVLink within a node, scale-out within a zone, else cross-zone."""
-    in_node = span <= k.node
-    in_zone = span <= k.zone
-    bw = xp.where(in_node, k.nvlink_Bps, xp.where(in_zone, k.so_Bps, k.cz_Bps))
-    alpha = xp.where(in_node, k.nvlink_alpha_s, xp.where(in_zone, k.so_alpha_s, k.cz_alpha_s))
-    return bw, alpha
+    if xp is SCALAR:
+        if span <= k.node:
+            return k.nvlink_Bps, k.nvlink_alpha_s
+        return (k.so_Bps, k.so_alpha_s) if span <= k.zone else (k.cz_Bps, k.cz_alpha_s)
+    # 0 NVLink, 1 scale-out, 2 cross-zone (one gather instead of two selects over random masks);
+    # a zone smaller than a node has no scale-out tier
+    level = xp.asfloat(span > k.node) + xp.asfloat(span > max(k.node, k.zone))
+    return xp.take_table(k.tier_bw_table, level), xp.take_table(k.tier_alpha_table, level)

@@ -65,6 +65,50 @@ class Transport:
         return xp.by_group(self.rows, f, self.lb, self.qp, self.lr, channels, cap)
 
 
+class ComputeTerms(NamedTuple):
+    """Seconds of one micro-batch's forward per layer (and of the LM head) on one GPU, before the
+    framework factor: each GEMM at the efficiency of its own shape (``kernels``)."""
+    attn_lin: object      # attention projections
+    mlp_dense: object     # dense MLP
+    moe_lin: object       # routed (with the expert imbalance) and shared experts, and the router
+    core: object          # attention core (FlashAttention skips masked blocks; unfused streams scores)
+    elem: object          # element-wise passes (norms, activation, residuals)
+    moe_permute: object   # MoE permutation and un-permutation, per MoE layer
+    head: object          # LM head (last rank)
+
+
+def compute_terms(k: ScenarioConsts, p: CostParams, mb, cp, tp, ep, xp) -> ComputeTerms:
+    """Per-layer forward compute of a micro-batch of ``mb`` sequences split over cp (tokens
+    mb s / cp), TP tp and EP ep. It depends on these four knobs only, so ``iteration_formulas``
+    computes it once per distinct combination."""
+    from .kernels import attention_core_fwd_time_s, expert_block_time_s, gemm_time_s, memory_bound_time_s
+    tok = mb * k.seq / cp
+
+    def gemm_time(M, K, N):
+        return gemm_time_s(M, K, N, k.peak_lin, k.ridge, p)
+    attn_lin = 0.0
+    for K_, N_, split in k.attn_gemms:              # ModelSpec.attn_gemms: 2 for GQA, 4-5 for MLA
+        attn_lin = attn_lin + gemm_time(tok, K_ / tp if split == "K" else K_, N_ / tp if split == "N" else N_)
+    up_n = (k.mlp_mats - 1.0) * k.ffn / tp              # fused gate+up for SwiGLU
+    mlp_dense = gemm_time(tok, k.h, up_n) + gemm_time(tok, k.ffn / tp, k.h)
+    moe_lin = moe_permute = 0.0
+    if k.experts:
+        tok_e = xp.maximum(tok * k.top_k * ep / k.experts, 1.0)   # tokens per local expert
+        routed = expert_block_time_s(tok_e, k.h, k.ffn_e / tp, k.mlp_mats, k.experts / ep, k.peak_lin, k.ridge, p)
+        shared = expert_block_time_s(tok, k.h, k.ffn_e / tp, k.mlp_mats, k.shared, k.peak_lin, k.ridge, p)
+        moe_lin = routed * C.EXPERT_IMBALANCE_FACTOR + shared + 2.0 * tok * k.h * k.experts / (k.peak_lin * p.gemm_efficiency_max)
+        # permute before dispatch (tok / tp tokens per rank under SP) and sort by local expert
+        # after it (tok tokens), un-permute both on the way back
+        routed_elems = tok * k.top_k * k.h * (1.0 + 1.0 / tp)
+        moe_permute = memory_bound_time_s(C.MOE_PERMUTE_TRAFFIC_BYTES_PER_ROUTED_ELEMENT * routed_elems, k.hbm_Bps)
+    core = attention_core_fwd_time_s(tok, k.attn_keys, k.qv_width / tp, k.peak_bf16, p, k.qk_head_dim, k.seq / cp)
+    if not k.flash:
+        core = core + memory_bound_time_s(C.UNFUSED_SOFTMAX_TRAFFIC_BYTES_PER_SCORE * k.heads * tok * k.seq / tp, k.hbm_Bps)
+    elem = memory_bound_time_s(C.ELEMENTWISE_TRAFFIC_BYTES_PER_TOKEN_HIDDEN * tok * k.h / tp, k.hbm_Bps)
+    head = gemm_time(tok, k.h, k.vocab / tp)
+    return ComputeTerms(attn_lin, mlp_dense, moe_lin, core, elem, moe_permute, head)
+
+
 def layers_on_rank(k: ScenarioConsts, pp, v, xp):
     """(all, dense, MoE) layers on the busiest pipeline rank: ceil(L / (pp v)) v (uneven split)."""
     Ls = xp.ceil(k.L / (pp * v)) * v
@@ -122,9 +166,9 @@ class DPComm(NamedTuple):
     calls: object   # collectives per step (buckets or FSDP units)
 
 
-def dp_comm(k: ScenarioConsts, p: CostParams, batch, xp, t: Transport | None = None,
-            lay: Layout | None = None) -> DPComm:
-    """The data-parallel term. Collectives per step: DDP / ZeRO-1 reduce per gradient bucket
+def dp_comm_groups(k: ScenarioConsts, p: CostParams, batch, xp, t: Transport | None = None,
+                   lay: Layout | None = None) -> tuple:
+    """The data-parallel term, one DPComm per group: (dense,) or (dense, expert). Collectives per step: DDP / ZeRO-1 reduce per gradient bucket
     (dp_bucket_mib); FSDP / HSDP gather and reduce per unit (workload.fsdp_unit_layers layers).
     Each call pays its own start-up, ring steps and window; the bytes split evenly over the
     calls. Parameters are gathered and gradients reduced in the wire precision (same bytes).
@@ -173,11 +217,25 @@ def dp_comm(k: ScenarioConsts, p: CostParams, batch, xp, t: Transport | None = N
         return DPComm(xp.where(is_ddp, t1, 0.0), xp.where(is_ddp, x1, 0.0), xp.where(is_shard, t1, 0.0),
                       xp.where(is_shard, x1, 0.0), xp.where(is_hsdp, t1, 0.0), hs_x_, hxs_, calls)
 
-    out = group(P_dense * k.wire_bytes, n_in_d, b_dp, tp)
+    parts = [group(P_dense * k.wire_bytes, n_in_d, b_dp, tp)]
     if k.experts:
-        e = group(P_exp * k.wire_bytes, n_in_e, x_exp, tp * ep)
-        out = DPComm(*(u + w for u, w in zip(out, e)))   # the expert group's buckets / units are calls too
+        parts.append(group(P_exp * k.wire_bytes, n_in_e, x_exp, tp * ep))
     if p.dp_collective_scale != 1.0:                     # 0 must give 0 even where a time is infinite
         s = p.dp_collective_scale
-        out = out._replace(**{n: xp.where(s == 0.0, 0.0, getattr(out, n) * s) for n in ("ar", "rs", "rs_in", "hs_x")})
+        parts = [g._replace(**{n: xp.where(s == 0.0, 0.0, getattr(g, n) * s) for n in ("ar", "rs", "rs_in", "hs_x")})
+                 for g in parts]
+    return tuple(parts)
+
+
+def dp_comm(k: ScenarioConsts, p: CostParams, batch, xp, t: Transport | None = None,
+            lay: Layout | None = None) -> DPComm:
+    """``dp_comm_groups`` summed over the groups (the expert group's buckets / units are calls too)."""
+    return sum_groups(dp_comm_groups(k, p, batch, xp, t, lay))
+
+
+def sum_groups(parts: tuple) -> DPComm:
+    """The dense and (if any) expert groups' DPComm added field by field."""
+    out = parts[0]
+    for e in parts[1:]:
+        out = DPComm(*(u + w for u, w in zip(out, e)))
     return out

@@ -20,8 +20,10 @@ TRIAL_FIGURES = ("mfu", "memory_per_gpu_bytes", "xb_bytes_per_step", "xb_bytes_p
                  "dp_link_s", "dp_exposed_s", "dp_hidden_s")
 """Measurement extras kept with each trial (user attribute ``figures``) and logged to its MLflow
 child run: MFU, memory, bytes per tier (cross-building per step and per GPU, NVLink per GPU),
-cross-building bytes per parallel dimension, and the DP collectives' link, exposed and hidden time.
+cross-building bytes per parallel dimension, and the DP collectives' link, exposed and hidden time;
+and every ``tier.*`` figure (time and bytes per network tier and dimension, ``costmodel.tiers``).
 The cost model reports all of them; a real backend those it measures."""
+TIER_FIGURE_PREFIX = "tier."
 
 
 @dataclass(frozen=True)
@@ -47,8 +49,9 @@ class Recorder:
         call = self.calls
         call(trial.set_user_attr, "breakdown", m.breakdown)
         call(trial.set_user_attr, "feasible", bool(m.feasible))
-        figures = {k: float(m.extra[k]) for k in TRIAL_FIGURES
-                   if isinstance(m.extra.get(k), (int, float)) and math.isfinite(float(m.extra[k]))}
+        figures = {k: float(v) for k, v in m.extra.items()
+                   if (k in TRIAL_FIGURES or k.startswith(TIER_FIGURE_PREFIX))
+                   and isinstance(v, (int, float)) and math.isfinite(float(v))}
         if figures:
             call(trial.set_user_attr, "figures", figures)
         if m.reason:
