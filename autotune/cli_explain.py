@@ -136,6 +136,34 @@ def report(study_name, storage, params_file, out_html, as_json):
 
 
 @click.command()
+@click.option("--study-name", "study_name", required=True)
+@click.option("--storage", default=None, help="the study's SQLAlchemy URL (default sqlite:///autotune.db)")
+@click.option("--json", "as_json", is_flag=True)
+def importance(study_name, storage, as_json):
+    """Which knobs explain a study's iteration time: Optuna's fANOVA importance over the measured
+    configurations' real knob values (tp: 8, placement: pp_out), not the sampler's encoded indices."""
+    from .extras import require
+    from .study import DEFAULT_STORAGE, load_study_scenario, open_storage
+    from .study.importance import knob_importances
+    require("importance", "importance", study_name)
+    import optuna
+    storage = storage or DEFAULT_STORAGE
+    load_study_scenario(storage, study_name)          # a missing study: one line naming it
+    study = optuna.load_study(study_name=study_name, storage=open_storage(storage))
+    try:
+        imp = knob_importances(study)
+    except ValueError as e:
+        raise UserInputError("--study-name", study_name, f"a study with enough varied, feasible trials ({e})") from None
+    data = {"study": study_name, "objective": (study.metric_names or ["iteration_time_s"])[0], "importance": imp}
+
+    def human(d):
+        click.echo(f"importance of each knob for {d['objective']} (fANOVA over real knob values):")
+        for k, v in d["importance"].items():
+            click.echo(f"  {k:<18} {v:6.3f}  {'#' * round(40 * v)}")
+    _emit(data, as_json, human)
+
+
+@click.command()
 @scenario_options
 @click.option("--config", "config_text", required=True, help='"tp=8,pp=8,pp_schedule=zbv,..." or a YAML file')
 @params_option

@@ -16,6 +16,7 @@ EXTRAS = {
     "workloads": ("torch",),
     "postgres": ("psycopg",),
     "gp": ("scipy", "torch"),
+    "importance": ("sklearn",),
 }
 """Extra -> the modules it installs (pyproject.toml's optional-dependencies)."""
 

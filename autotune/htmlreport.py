@@ -121,6 +121,7 @@ def write_study_report(storage: str, study_name: str, path, params=None) -> floa
     else:
         rows = [[i + 1, f"{t['iteration_time_s']:.4f}", t["trial"], _cfg_text(t["config"])] for i, t in enumerate(top(study))]
         parts.append(_table(rows, ["rank", "time (s)", "trial", "configuration"]))
+        parts.append(_importance_part(study))
         bd = {"best": best.user_attrs.get("breakdown", {})}
         bd.update({k: v.get("breakdown", {}) for k, v in base.items() if v.get("breakdown")})
         parts.append(f"<img alt='breakdowns' src='{_png(lambda p: breakdown_plot(bd, p, study_name))}'>")
@@ -128,3 +129,17 @@ def write_study_report(storage: str, study_name: str, path, params=None) -> floa
         parts += explain_parts(scen, explain(scen, Config(**trial_config(best)), params), params)
     Path(path).write_text(_page(f"autotune study report: {study_name}", parts), encoding="utf-8")
     return time.perf_counter() - t0
+
+
+def _importance_part(study) -> str:
+    """fANOVA importance over real knob values (``study.importance``), or why it is absent."""
+    from .extras import missing
+    from .study.importance import knob_importances
+    if missing("importance"):
+        return "<p>Knob importance: install the 'importance' extra (scikit-learn) to compute it.</p>"
+    try:
+        imp = knob_importances(study)
+    except ValueError as e:
+        return f"<p>Knob importance: not computed ({html.escape(str(e))}).</p>"
+    rows = [[k, f"{v:.3f}"] for k, v in imp.items()]
+    return "<h3>Which knobs matter (fANOVA over real knob values)</h3>" + _table(rows, ["knob", "importance"])

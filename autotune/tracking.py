@@ -1,5 +1,5 @@
 """MLflow tracking: one parent run per study, one child run per trial, logged off the search
-thread (a queue and a worker thread) and flushed before the command returns.
+loop (a queue and a writer process, ``_Writer``) and flushed before the command returns.
 
 Resuming a study reuses its parent run (found by tag) and never logs a trial number twice.
 Secrets in URIs are masked wherever a URI is shown or logged.
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 
 import logging
+import os
 import queue
 import threading
 import time
@@ -84,10 +85,14 @@ class Tracker:
         self.logged = self._logged_trials()
         self.retries = retries
         self.errors: list[str] = []
-        self.dead: str = ""      # set when a call failed through every retry: the cause
-        self._q: queue.Queue = queue.Queue()
-        self._thread = threading.Thread(target=self._drain, daemon=True)
-        self._thread.start()
+        self._dead: str = ""      # set when a call failed through every retry: the cause
+        self._writer = _Writer(self)
+
+    @property
+    def dead(self) -> str:
+        """The cause, once a call to the tracking store failed through every retry ("" before)."""
+        self._writer.poll()
+        return self._dead
 
     def _logged_trials(self) -> set[int]:
         """Trial numbers whose child run was logged to the end. A child run left half-written
@@ -109,68 +114,59 @@ class Tracker:
                 self.client.delete_run(r.info.run_id)
         return done
 
-    # ------------------------------------------------------------ logging (async)
+    # ------------------------------------------------------------ logging (off the search loop)
     def log_trial(self, number: int, params: dict, metrics: dict, tags: dict | None = None) -> None:
         """Queue one trial's child run (written only if no process has logged that trial yet)."""
         if number in self.logged:
             return
         self.logged.add(number)
-        self._q.put(("trial", number, params, metrics, tags or {}))
+        self._writer.put(("trial", number, params, metrics, tags or {}))
 
     def log_study(self, params: dict | None = None, metrics: dict | None = None) -> None:
-        self._q.put(("study", params or {}, metrics or {}))
+        self._writer.put(("study", params or {}, metrics or {}))
 
     def log_artifact(self, path: str) -> None:
-        self._q.put(("artifact", path))
+        self._writer.put(("artifact", path))
 
-    def _drain(self):
+    def write(self, item, errors: list) -> str:
+        """Write one queued item, retrying; returns the cause when the store is unreachable
+        through every retry ("" otherwise). Runs in the writer (``_Writer``)."""
         from mlflow.entities import Metric, Param, RunTag
-        while True:
-            item = self._q.get()
-            if item is None:
-                self._q.task_done()
-                return
-            if self.dead:      # the server is gone: the rest is logged when the study resumes
-                self._q.task_done()
-                continue
-            run_id = None
-            for attempt in range(self.retries):
-                try:
-                    now = int(time.time() * 1000)
-                    if item[0] == "trial":
-                        _, number, params, metrics, tags = item
-                        # always look first: another worker (a resumed run, or one that raced
-                        # for the same queued trial on SQLite) may have logged this trial
-                        if run_id is None and self._already_logged(number):
-                            break
-                        t = {"mlflow.parentRunId": self.parent_id, "autotune.trial": str(number),
-                             "autotune.writer": THIS_PROCESS} | tags
-                        if run_id is None:     # a retry reuses the run: one child run per trial
-                            run_id = self.client.create_run(self.experiment_id, run_name=f"trial-{number}",
-                                                            tags=t).info.run_id
-                        self.client.log_batch(run_id,
-                                              metrics=[Metric(k, float(v), now, 0) for k, v in metrics.items()],
-                                              params=[Param(k, str(v)[:6000]) for k, v in params.items()])
-                        self.client.set_terminated(run_id)
-                    elif item[0] == "study":
-                        _, params, metrics = item
-                        self.client.log_batch(self.parent_id,
-                                              metrics=[Metric(k, float(v), now, 0) for k, v in metrics.items()],
-                                              params=[Param(k, str(v)[:6000]) for k, v in params.items()],
-                                              tags=[RunTag("autotune.updated", str(now))])
-                    else:
-                        self.client.log_artifact(self.parent_id, item[1])
-                    break
-                except Exception as e:  # noqa: BLE001 - retried, then reported at flush
-                    if "already" in str(e).lower() and item[0] == "study":
-                        break     # params are immutable in MLflow; a resumed study keeps the first
-                    if attempt == self.retries - 1:
-                        self.errors.append(f"{item[0]}: {type(e).__name__}: {mask_text(str(e))[:200]}")
-                        if _unreachable(e):
-                            self.dead = type(e).__name__
-                    else:
-                        time.sleep(0.2 * (attempt + 1))
-            self._q.task_done()
+        run_id = None
+        for attempt in range(self.retries):
+            try:
+                now = int(time.time() * 1000)
+                if item[0] == "trial":
+                    _, number, params, metrics, tags = item
+                    # always look first: another worker (a resumed run, or one that raced
+                    # for the same queued trial on SQLite) may have logged this trial
+                    if run_id is None and self._already_logged(number):
+                        return ""
+                    t = {"mlflow.parentRunId": self.parent_id, "autotune.trial": str(number),
+                         "autotune.writer": THIS_PROCESS} | tags
+                    if run_id is None:     # a retry reuses the run: one child run per trial
+                        run_id = self.client.create_run(self.experiment_id, run_name=f"trial-{number}",
+                                                        tags=t).info.run_id
+                    self.client.log_batch(run_id, metrics=[Metric(k, float(v), now, 0) for k, v in metrics.items()],
+                                          params=[Param(k, str(v)[:6000]) for k, v in params.items()])
+                    self.client.set_terminated(run_id)
+                elif item[0] == "study":
+                    _, params, metrics = item
+                    self.client.log_batch(self.parent_id,
+                                          metrics=[Metric(k, float(v), now, 0) for k, v in metrics.items()],
+                                          params=[Param(k, str(v)[:6000]) for k, v in params.items()],
+                                          tags=[RunTag("autotune.updated", str(now))])
+                else:
+                    self.client.log_artifact(self.parent_id, item[1])
+                return ""
+            except Exception as e:  # noqa: BLE001 - retried, then reported at flush
+                if "already" in str(e).lower() and item[0] == "study":
+                    return ""     # params are immutable in MLflow; a resumed study keeps the first
+                if attempt == self.retries - 1:
+                    errors.append(f"{item[0]}: {type(e).__name__}: {mask_text(str(e))[:200]}")
+                    return type(e).__name__ if _unreachable(e) else ""
+                time.sleep(0.2 * (attempt + 1))
+        return ""
 
     def _already_logged(self, number: int) -> bool:
         runs = self.client.search_runs([self.experiment_id], max_results=1,
@@ -179,9 +175,119 @@ class Tracker:
         return bool(runs)
 
     def flush(self, status: str = "FINISHED") -> None:
-        self._q.put(None)
-        self._thread.join()
+        """Wait until every queued item is written (or given up), then close the parent run."""
+        self._writer.close()
         try:
             self.client.set_terminated(self.parent_id, status=status)
         except Exception as e:  # noqa: BLE001
             self.errors.append(f"terminate: {type(e).__name__}")
+
+
+class _Writer:
+    """Writes the tracker's queued items off the search loop. On Linux a forked process does it:
+    MLflow's client is pure Python, and as a thread it held the interpreter lock for about half of
+    a tracked study's time; a process runs on another core. Elsewhere (no safe fork) a thread.
+    The process drops the connections it inherited (SQLAlchemy's rule for forked processes), stops
+    when the study's process is gone, once it has written what was already queued, and sends
+    back the errors and, the moment the store is unreachable through every retry, its cause."""
+
+    def __init__(self, tracker: Tracker):
+        import multiprocessing
+        import sys
+        self.tracker = tracker
+        self.forked = sys.platform == "linux" and "fork" in multiprocessing.get_all_start_methods()
+        if self.forked:
+            ctx = multiprocessing.get_context("fork")
+            self._q = ctx.Queue()
+            self._back, back_w = ctx.Pipe(duplex=False)
+            self._proc = ctx.Process(target=self._run_process, args=(back_w, os.getpid()), daemon=True,
+                                     name="autotune-mlflow")
+            self._proc.start()
+            back_w.close()
+        else:
+            self._q = queue.Queue()
+            self._proc = threading.Thread(target=self._run_thread, daemon=True)
+            self._proc.start()
+        self._closed = False
+
+    def put(self, item) -> None:
+        self._q.put(item)
+
+    # ---- in the study's process
+    def poll(self) -> None:
+        """Take what the process sent back so far (nothing to do for a thread)."""
+        while self.forked and not self._closed and self._back.poll(0):
+            self._receive(self._back.recv())
+
+    def _receive(self, msg) -> None:
+        kind, payload = msg
+        if kind == "dead":
+            self.tracker._dead = payload
+        elif kind == "errors":
+            self.tracker.errors.extend(payload)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._q.put(None)
+        if self.forked:
+            while True:
+                try:
+                    msg = self._back.recv()
+                except EOFError:              # the process died without a word: say so
+                    self.tracker.errors.append("mlflow writer: exited before it finished")
+                    break
+                self._receive(msg)
+                if msg[0] == "errors":        # its last message
+                    break
+            self._proc.join()
+            self._q.close()
+        else:
+            self._proc.join()
+        self._closed = True
+
+    # ---- in the writer
+    def _run_thread(self) -> None:
+        while (item := self._q.get()) is not None:
+            if not self.tracker._dead:        # the store is gone: the rest is logged on resume
+                self.tracker._dead = self.tracker.write(item, self.tracker.errors)
+
+    def _run_process(self, back, parent_pid: int) -> None:
+        import signal
+        signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C reaches the whole process group: the
+        _drop_inherited_connections(self.tracker.client)   # study's process flushes this one on its way out
+        errors: list[str] = []
+        dead = ""
+        while True:
+            try:
+                item = self._q.get(timeout=1.0)
+            except queue.Empty:
+                if os.getppid() != parent_pid:   # the study's process is gone, and so is the queue
+                    break
+                continue
+            if item is None:
+                break
+            if not dead:
+                dead = self.tracker.write(item, errors)
+                if dead:
+                    back.send(("dead", dead))
+        try:
+            back.send(("errors", errors))
+        except OSError:
+            pass
+
+
+def _drop_inherited_connections(client) -> None:
+    """A forked process must not use the database connections or HTTP sessions its parent opened
+    (SQLAlchemy: ``engine.dispose(close=False)`` in the child); it opens its own."""
+    store = getattr(getattr(client, "_tracking_client", None), "store", None)
+    engine = getattr(store, "engine", None)
+    if engine is not None:
+        engine.dispose(close=False)
+    try:
+        from mlflow.utils import request_utils
+        cached = getattr(request_utils, "_get_request_session", None)
+        if cached is not None and hasattr(cached, "cache_clear"):
+            cached.cache_clear()
+    except ImportError:
+        pass
