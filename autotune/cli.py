@@ -116,10 +116,18 @@ def show(preset, as_json):
 @click.option("--out", "out_dir", default=None,
               help="folder to write the launch files into: best_config.yaml, torchtitan_args.txt (torchtitan 0.3.0), "
                    "megatron_args.txt, nccl.env, top_k.csv, scenario.yaml")
+@click.option("--robust", "robust", multiple=True, metavar="RANGE|FILE",
+              help="a link field that varies over a run, cluster.<tier>.<field>=LOW..HIGH (e.g. "
+                   "cluster.cross_building.loss_rate=1e-6..1e-3), or a YAML file of them: also find the "
+                   "configuration with the best expected (or worst-case) time over seeded samples, exactly")
+@click.option("--robust-samples", type=STRICT_INT, default=16, show_default=True, help="samples of the ranges")
+@click.option("--robust-objective", type=click.Choice(["mean", "worst"]), default="mean", show_default=True)
+@click.option("--robust-seed", type=STRICT_INT, default=0, show_default=True)
 @params_option
 @click.option("--json", "as_json", is_flag=True)
-def search(top_k, out_dir, params_file, as_json, **kw):
-    """Exhaustive search of the whole legal space: the optimum and why."""
+def search(top_k, out_dir, robust, robust_samples, robust_objective, robust_seed, params_file, as_json, **kw):
+    """Exhaustive search of the whole legal space: the optimum and why (with --robust, also the
+    optimum of the expected or worst-case time when a link varies)."""
     from tqdm import tqdm
 
     from .costmodel import evaluate as evaluate_one
@@ -131,6 +139,12 @@ def search(top_k, out_dir, params_file, as_json, **kw):
     params = _params(params_file)
     scen = _scenario(kw)
     space = SearchSpace(scen).require_legal()
+    ranges = None
+    if robust:
+        from .robust import parse_ranges
+        if not 2 <= robust_samples <= MAX_ROBUST_SAMPLES:
+            raise UserInputError("--robust-samples", robust_samples, f"an integer from 2 to {MAX_ROBUST_SAMPLES}")
+        ranges = parse_ranges(robust, scen)           # every range checked before any work
     if out_dir is not None:
         check_out_dir(out_dir)
     with tqdm(total=space.legal_count(), unit="cfg", unit_scale=True, disable=as_json or not sys.stderr.isatty(),
@@ -145,6 +159,11 @@ def search(top_k, out_dir, params_file, as_json, **kw):
         data["best"]["config_text"] = config_text(top[0][0])
         if out_dir is not None:
             data["files"] = write_launch_dir(out_dir, scen, top, "autotune search " + " ".join(sys.argv[2:]))
+    if ranges is not None:
+        from .robust import robust_search
+        from .specs.config import Config
+        data["robust"] = robust_search(scen, ranges, robust_samples, robust_objective, robust_seed, params)
+        data["robust"]["robust_config_text"] = config_text(Config(**data["robust"]["robust_config"]))
 
     def human(d):
         _print_header(d)
@@ -161,11 +180,28 @@ def search(top_k, out_dir, params_file, as_json, **kw):
             click.echo(f"top {len(d['top'])}:")
             for r in d["top"]:
                 click.echo(f"  {r['rank']:>3}  {r['iteration_time_s']:.4f} s  {r['config_text']}")
+        if "robust" in d:
+            _print_robust(d["robust"])
         for f in d.get("files", []):
             click.echo(f"wrote {f}")
     _emit(data, as_json, human)
 
 
+def _print_robust(r: dict) -> None:
+    what = "expected" if r["objective"] == "mean" else "worst-case"
+    ranges = ", ".join(f"{x['path']} {x['low']:g}..{x['high']:g}" for x in r["ranges"])
+    click.echo(f"robust ({what} time over {len(r['samples'])} samples of {ranges}, seed {r['seed']}"
+               f"{', exact' if r['exact'] else ', NOT proven exact: top K reached its limit'}):")
+    click.echo(f"  robust optimum  {r['robust_s']:.4f} s  {r['robust_config_text']}")
+    if r["same_config"]:
+        click.echo("  the nominal optimum is also the robust one (regret 0)")
+    else:
+        click.echo(f"  nominal optimum {r['nominal_s']:.4f} s under the samples ({r['nominal_at_spec_s']:.4f} s at the spec): "
+                   f"regret {r['nominal_regret_s']:.4f} s ({r['nominal_regret_pct']:.2f}%)")
+
+
+MAX_ROBUST_SAMPLES = 256
+"""Largest --robust-samples: each sample is one exact search."""
 MAX_BENCH_ROWS = 1 << 22
 """Largest --rows of bench: the sampled batch takes about 170 bytes per row (~0.7 GB)."""
 MAX_TRIALS = 10_000_000
