@@ -113,9 +113,10 @@ def write_study_report(storage: str, study_name: str, path, params=None) -> floa
     study = optuna.load_study(study_name=study_name, storage=open_storage(storage))
     base = read_blob(study, None, BASELINES_BLOB, "baselines") or {}
     best = best_trial(study)
-    parts = [_scenario_part(scen), f"<h2>Study {html.escape(study_name)}</h2><p>{len(study.trials)} trials</p>"]
+    trials = study.get_trials(deepcopy=False)
+    parts = [_scenario_part(scen), f"<h2>Study {html.escape(study_name)}</h2><p>{len(trials)} trials</p>"]
     times = {k: v.get("iteration_time_s") for k, v in base.items()}
-    parts.append(f"<img alt='convergence' src='{_png(lambda p: convergence_plot(feasible_values(study.trials), p, study_name, times))}'>")
+    parts.append(f"<img alt='convergence' src='{_png(lambda p: convergence_plot(feasible_values(trials), p, study_name, times))}'>")
     if best is None:
         parts.append("<p>No feasible configuration found.</p>")
     else:

@@ -71,7 +71,7 @@ class MLflowCallback:
         try:
             from .report import breakdown_plot, convergence_plot
             p1 = tmp / "convergence.png"
-            convergence_plot(feasible_values(study.trials), p1, self.study_name,
+            convergence_plot(feasible_values(study.get_trials(deepcopy=False)), p1, self.study_name,
                              {k: v["iteration_time_s"] for k, v in self.baselines.items()})
             self.tracker.log_artifact(str(p1))
             if best is not None:

@@ -47,26 +47,28 @@ class Loop:
     callbacks: list = field(default_factory=list)
     bar: object = None
 
-    def finished(self) -> int:
+    def finished(self, trials: list | None = None) -> int:
         """Finished trials the study holds, interrupted ones not counted (recounted each turn:
-        another worker may fail a dead worker's trial while this one runs)."""
-        calls, st = self.run.calls, self.study._storage
-        n = calls(st.get_n_trials, self.study._study_id, state=DONE_STATES)
+        another worker may fail a dead worker's trial while this one runs). ``trials``: the
+        study's trials read this turn, where the caller has them."""
+        if trials is None:
+            trials = self.run.calls(self.study.get_trials, deepcopy=False)
+        n = sum(1 for t in trials if t.state in DONE_STATES)
         if self.budget.until is not None:
-            n -= sum(map(is_interrupted, calls(self.study.get_trials, deepcopy=False,
-                                               states=(optuna.trial.TrialState.FAIL,))))
+            n -= sum(map(is_interrupted, trials))
         return n
 
     def __call__(self) -> int:
         while True:
-            done = self.finished()
+            trials = self.run.calls(self.study.get_trials, deepcopy=False)   # one read per turn
+            done = self.finished(trials)
             if self.bar is not None:
                 self.bar.n = min(self.budget.ran if self.budget.trials is not None else done,
                                  self.bar.total)
                 self.bar.refresh()
             if self.budget.spent(done):
                 break
-            trial, recorded = self._next_trial()
+            trial, recorded = self._next_trial(any(t.state == optuna.trial.TrialState.WAITING for t in trials))
             if trial is None:
                 break
             self._run_trial(trial, recorded)
@@ -74,13 +76,13 @@ class Loop:
         # then fail it (a live worker's trial has its owner by then)
         wait_out_ownerless_trials(self.study)
         for n in fail_orphaned_trials(self.study):
-            self._callbacks(self.study.trials[n])
+            self._callbacks(self.study.get_trials(deepcopy=False)[n])
         return self.budget.ran
 
-    def _next_trial(self):
+    def _next_trial(self, waiting: bool):
+        """``waiting``: the study holds a trial a user enqueued (Optuna's enqueue_trial)."""
         r, calls = self.run, self.run.calls
-        waiting = calls(self.study.get_trials, deepcopy=False, states=(optuna.trial.TrialState.WAITING,))
-        if waiting:                                   # enqueued by a user (optuna's enqueue_trial)
+        if waiting:                                   # enqueued by a user: popped first
             return calls(self.study.ask, r.distributions), False
         while self.first:
             name, cfg = self.first.pop(0)

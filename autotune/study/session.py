@@ -32,11 +32,12 @@ def run_session(run) -> dict:
     orphaned = set(fail_orphaned_trials(study))
     base = run._baselines(study)
     budget = Budget(run.budget.trials, run.budget.until)       # each run counts its own trials
-    if budget.until is not None and len(study.trials) and budget.spent(Loop(run, study, budget).finished()):
+    stored = len(study.get_trials(deepcopy=False))
+    if budget.until is not None and stored and budget.spent(Loop(run, study, budget).finished()):
         run.note = f"the study already holds {budget.until} or more finished trials (--until {budget.until}): " \
                    "nothing to run; give --trials N to add N more"
         run._say(run.note)
-    run._say(f"starting {run.strategy.name}: {len(study.trials)} trials stored, "
+    run._say(f"starting {run.strategy.name}: {stored} trials stored, "
              + (f"{budget.trials} more wanted" if budget.trials is not None else f"until {budget.until}"))
     run.strategy.bind(run.space, run.encoding, run.seed)
     callbacks, cb = [], None
@@ -48,7 +49,7 @@ def run_session(run) -> dict:
                                   "gpus": run.scenario.n_gpus, "strategy": run.strategy.name, "seed": run.seed,
                                   "backend": run.backend_name, "global_batch_seqs": run.scenario.global_batch_seqs,
                                   "scenario_key": run.scenario.key, "network": " | ".join(run.scenario.network_lines())})
-        for t in study.trials:   # trials finished before a crash but never logged
+        for t in study.get_trials(deepcopy=False):   # trials finished before a crash but never logged
             if t.number in orphaned or (t.state.is_finished() and not owner_may_still_log(t)):
                 cb(study, t)
     bar = None
@@ -73,6 +74,6 @@ def run_session(run) -> dict:
             cb.finish(study, status)
     run.raise_if_tracking_gone(tracker)
     from ..trials import feasible_values
-    run.last_values = feasible_values(study.trials)
+    run.last_values = feasible_values(study.get_trials(deepcopy=False))
     return summarise(study, base, tracker, run, time.perf_counter() - t0, ran)
 

@@ -43,7 +43,7 @@ def summarise(study, base: dict, tracker, run, elapsed_s: float, ran: int) -> di
     """The summary of ``autotune study --json``; ``run``: the StudyRunner (names, options);
     ``ran``: trials this run finished."""
     best = best_trial(study)
-    states = [t.state for t in study.trials]
+    states = [t.state for t in study.get_trials(deepcopy=False)]
     prod, sota = base["production"]["iteration_time_s"], base["sota"]["iteration_time_s"]
     bt = best.values[0] if best else math.nan
 
@@ -59,8 +59,9 @@ def summarise(study, base: dict, tracker, run, elapsed_s: float, ran: int) -> di
         "speedup_vs_production": speedup(prod), "speedup_vs_sota": speedup(sota),
         "n_trials": sum(s.is_finished() for s in states), "n_trials_this_run": ran,
         "n_failed": sum(s == optuna.trial.TrialState.FAIL for s in states),
-        "n_infeasible": sum(1 for t in study.trials if t.user_attrs.get("feasible") is False),
-        "failures_by_kind": failure_kinds(study.trials),
+        "n_infeasible": sum(1 for t in study.get_trials(deepcopy=False)
+                            if t.user_attrs.get("feasible") is False),
+        "failures_by_kind": failure_kinds(study.get_trials(deepcopy=False)),
         "mlflow_run_id": tracker.parent_id if tracker else None,
         "tracking_errors": tracker.errors if tracker else [],
         "study_name": run.study_name, "storage": mask_uri(run.storage_url),
