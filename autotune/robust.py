@@ -63,10 +63,25 @@ def parse_ranges(items: tuple[str, ...] | list[str], scenario) -> list[Range]:
     paths = [r.path for r in out]
     if len(set(paths)) != len(paths):
         raise UserInputError("--robust", ",".join(paths), "each field at most once")
+    used = _tiers_the_model_reads(scenario)
     for r in out:
+        tier = r.path.split(".")[1]
+        if tier not in used:
+            raise UserInputError("--robust", f"{r.path}={r.low:g}..{r.high:g}",
+                                 f"a tier the model reads for this cluster ({', '.join(used)})")
         for v in (r.low, r.high):
             with_values(scenario, {r.path: v}, option_value=f"{r.path}={r.low:g}..{r.high:g}")
     return out
+
+
+def _tiers_the_model_reads(scenario) -> list[str]:
+    """scale_out, cross_zone where set, and the crossing tier of a multi-building cluster
+    (cross_region where its buildings span regions, else cross_building)."""
+    c = scenario.cluster
+    used = ["scale_out"] + (["cross_zone"] if c.cross_zone is not None else [])
+    if c.n_buildings > 1:
+        used.append("cross_region" if len({b.region for b in c.buildings}) > 1 else "cross_building")
+    return used
 
 
 def _ranges_from_file(path: str) -> list[Range]:

@@ -187,37 +187,53 @@ class _Writer:
     """Writes the tracker's queued items off the search loop. On Linux a forked process does it:
     MLflow's client is pure Python, and as a thread it held the interpreter lock for about half of
     a tracked study's time; a process runs on another core. Elsewhere (no safe fork) a thread.
-    The process drops the connections it inherited (SQLAlchemy's rule for forked processes), stops
-    when the study's process is gone, once it has written what was already queued, and sends
-    back the errors and, the moment the store is unreachable through every retry, its cause."""
+
+    The process drops the connections it inherited (SQLAlchemy's rule for forked processes),
+    ignores Ctrl-C (blocked from before the fork until it ignores it; the study's process flushes
+    it on its way out), stops as soon as the study's process is gone (what it has not written is
+    logged when the study resumes), and sends back its errors and, the moment the store is
+    unreachable through every retry, its cause. A writer that dies is reported as an error, never
+    as a crash or a hang of the study: what is queued for it is dropped."""
+
+    JOIN_TIMEOUT_s = 30.0
+    """How long a close waits for a writer that no longer answers before it stops it."""
 
     def __init__(self, tracker: Tracker):
         import multiprocessing
+        import signal
         import sys
         self.tracker = tracker
         self.forked = sys.platform == "linux" and "fork" in multiprocessing.get_all_start_methods()
+        self._closed = self._gone = False
         if self.forked:
             ctx = multiprocessing.get_context("fork")
             self._q = ctx.Queue()
             self._back, back_w = ctx.Pipe(duplex=False)
             self._proc = ctx.Process(target=self._run_process, args=(back_w, os.getpid()), daemon=True,
                                      name="autotune-mlflow")
-            self._proc.start()
+            old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+            try:
+                self._proc.start()
+            finally:
+                signal.pthread_sigmask(signal.SIG_SETMASK, old)
             back_w.close()
         else:
             self._q = queue.Queue()
             self._proc = threading.Thread(target=self._run_thread, daemon=True)
             self._proc.start()
-        self._closed = False
 
     def put(self, item) -> None:
-        self._q.put(item)
+        if not self._gone:
+            self._q.put(item)
 
     # ---- in the study's process
     def poll(self) -> None:
         """Take what the process sent back so far (nothing to do for a thread)."""
-        while self.forked and not self._closed and self._back.poll(0):
-            self._receive(self._back.recv())
+        try:
+            while self.forked and not self._closed and not self._gone and self._back.poll(0):
+                self._receive(self._back.recv())
+        except (EOFError, OSError):
+            self._lost()
 
     def _receive(self, msg) -> None:
         kind, payload = msg
@@ -226,25 +242,43 @@ class _Writer:
         elif kind == "errors":
             self.tracker.errors.extend(payload)
 
+    def _lost(self) -> None:
+        """The writer process died: say so, drop what is queued for it (never wait on it)."""
+        if not self._gone:
+            self._gone = True
+            self.tracker.errors.append("mlflow writer: exited before it finished (the trials it did not "
+                                       "log are logged when the study resumes)")
+        self._q.cancel_join_thread()
+
     def close(self) -> None:
         if self._closed:
             return
-        self._q.put(None)
-        if self.forked:
-            while True:
-                try:
-                    msg = self._back.recv()
-                except EOFError:              # the process died without a word: say so
-                    self.tracker.errors.append("mlflow writer: exited before it finished")
-                    break
-                self._receive(msg)
-                if msg[0] == "errors":        # its last message
-                    break
-            self._proc.join()
-            self._q.close()
-        else:
-            self._proc.join()
         self._closed = True
+        if not self.forked:
+            self._q.put(None)
+            self._proc.join()
+            return
+        finished = False
+        try:
+            if not self._gone:
+                self._q.put(None)
+                while True:
+                    if not self._back.poll(self.JOIN_TIMEOUT_s) and not self._proc.is_alive():
+                        raise EOFError
+                    msg = self._back.recv()
+                    self._receive(msg)
+                    if msg[0] == "errors":    # its last message
+                        finished = True
+                        break
+        except (EOFError, OSError):
+            self._lost()
+        finally:
+            if not finished:                  # died, or Ctrl-C while waiting: never hang the exit
+                self._q.cancel_join_thread()
+                if self._proc.is_alive():
+                    self._proc.terminate()
+            self._proc.join(self.JOIN_TIMEOUT_s)
+            self._q.close()
 
     # ---- in the writer
     def _run_thread(self) -> None:
@@ -254,19 +288,27 @@ class _Writer:
 
     def _run_process(self, back, parent_pid: int) -> None:
         import signal
-        signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C reaches the whole process group: the
-        _drop_inherited_connections(self.tracker.client)   # study's process flushes this one on its way out
+        signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C reaches the whole process group
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
         errors: list[str] = []
         dead = ""
+        try:
+            _drop_inherited_connections(self.tracker.client)
+        except Exception as e:  # noqa: BLE001 - reported, and nothing is written with the parent's connections
+            errors.append(f"mlflow writer: {type(e).__name__}: {mask_text(str(e))[:200]}")
+            dead = type(e).__name__
+            back.send(("dead", dead))
         while True:
             try:
                 item = self._q.get(timeout=1.0)
             except queue.Empty:
-                if os.getppid() != parent_pid:   # the study's process is gone, and so is the queue
-                    break
-                continue
+                item = False
+            if os.getppid() != parent_pid:       # the study's process is gone: stop (a resume logs the rest)
+                break
             if item is None:
                 break
+            if item is False:
+                continue
             if not dead:
                 dead = self.tracker.write(item, errors)
                 if dead:

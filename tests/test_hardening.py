@@ -380,8 +380,11 @@ def test_no_password_in_exit_3_lines(in_memory_storage, monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)
 
     class Gone(optuna.storages.InMemoryStorage):
+        """The server goes away once the study is open: every read of its trials fails."""
         def get_n_trials(self, *a, **kw):
             raise sqlalchemy.exc.OperationalError("SELECT 1", {}, Exception("server closed the connection"))
+
+        get_all_trials = get_n_trials
     from autotune.study import runner, storage
     monkeypatch.setattr(runner, "open_storage", lambda url: Gone())
     monkeypatch.setattr(storage, "STORAGE_RETRIES", 0)

@@ -1,8 +1,9 @@
 """Time and bytes per network tier and parallel dimension: where a configuration's communication
 runs, and how much of it the step waits for.
 
-For every parallel dimension (TP, CP, EP, PP, DP) and network tier (NVLink, scale-out inside a
-building, the crossing tier: cross-building, or cross-region where the buildings span regions):
+For every parallel dimension (TP, CP, EP, PP, DP) and network tier (NVLink; scale-out inside a
+building, its pods' cross-zone tier included; the crossing tier: cross-building, or cross-region
+where the buildings span regions):
 - ``bytes_per_gpu``: bytes one GPU sends on that tier per step (bus bytes, NCCL's busBw
   convention: a ring all-reduce moves 2 (n-1)/n of the buffer; PP: the pipeline's hop bytes per
   GPU, as the cross-building total counts them);
@@ -36,7 +37,8 @@ _KEYS = {d: tuple(tuple(key(d, t, m) for m in MEASURES) for t in TIERS) for d in
 
 
 def in_building_tier(k, span, xp):
-    """Tier code of a group spanning ``span`` consecutive GPUs inside one building."""
+    """Tier code of a group spanning ``span`` consecutive GPUs inside one building: NVLink within
+    a node, else scale-out, which here covers the building's cross-zone tier too."""
     return xp.where(span <= k.node, T_NVLINK, T_SCALE_OUT)
 
 

@@ -45,7 +45,8 @@ def _distributions(configs: list[dict]) -> dict:
     """One distribution per knob that varies: categories for named knobs, integers (log scale
     where every value is >= 1) for sizes."""
     out = {}
-    for k in configs[0]:
+    common = set(configs[0]).intersection(*configs[1:])   # trials stored by older versions may lack a knob
+    for k in (k for k in configs[0] if k in common):
         values = sorted({c[k] for c in configs}, key=str)
         if len(values) < 2:
             continue
