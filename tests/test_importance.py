@@ -50,12 +50,18 @@ def test_too_few_trials_and_constant_knobs_are_refused():
         knob_importances(study)
 
 
-def test_importance_command_on_a_real_study(tmp_path):
+def random_study(tmp_path, name: str, trials: int) -> str:
+    """A cost-model study of ``trials`` random trials (plus its baselines); its storage URL."""
     db = f"sqlite:///{tmp_path / 's.db'}"
-    code, out, err = run(["study", "--model", "llama3-8b", "--cluster", "metro-2bldg", "--gpus", "64",
-                          "--strategy", "random", "--trials", "30", "--storage", db, "--study-name", "imp",
-                          "--no-tracking", "--json"])
+    code, _, err = run(["study", "--model", "llama3-8b", "--cluster", "metro-2bldg", "--gpus", "64",
+                        "--strategy", "random", "--trials", str(trials), "--storage", db, "--study-name", name,
+                        "--no-tracking", "--json"])
     assert code == 0, err
+    return db
+
+
+def test_importance_command_on_a_real_study(tmp_path):
+    db = random_study(tmp_path, "imp", 30)
     code, out, err = run(["importance", "--study-name", "imp", "--storage", db, "--json"])
     assert code == 0, err
     imp = json.loads(out)["importance"]
@@ -67,9 +73,5 @@ def test_importance_command_on_a_real_study(tmp_path):
 
 
 def test_importance_of_a_study_with_too_few_trials_is_one_line(tmp_path):
-    db = f"sqlite:///{tmp_path / 's.db'}"
-    code, _, err = run(["study", "--model", "llama3-8b", "--cluster", "metro-2bldg", "--gpus", "64",
-                        "--strategy", "random", "--trials", "2", "--storage", db, "--study-name", "few",
-                        "--no-tracking", "--json"])
-    assert code == 0, err
+    db = random_study(tmp_path, "few", 2)
     assert_one_line_error(*run(["importance", "--study-name", "few", "--storage", db])[::2], "--study-name", "at least")

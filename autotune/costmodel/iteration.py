@@ -188,7 +188,7 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
     T_comp = t_f_comp + t_b_comp + t_w_comp
     T_mb = t_f + t_b + t_w
 
-    # ---- data parallel groups (terms.dp_comm) ----
+    # ---- data parallel groups (terms.dp_comm_groups) ----
     P_dense, P_exp = lay.P_dense, lay.P_exp
     n_d = dp * cp
     n_e = xp.maximum(dp * cp / ep, 1.0)

@@ -26,7 +26,7 @@ TRANSPORT_KNOBS = ("xb_load_balancing", "xb_loss_recovery", "xb_queue_pairs", "n
 
 DP_KNOBS = ("tp", "cp", "ep", "pp", "pp_chunks", "dp", "placement", "dp_flavour", "collective",
             "nccl_protocol", "dp_bucket_mib") + TRANSPORT_KNOBS
-"""Every batch column the data-parallel term reads (``dp_comm`` sees only these)."""
+"""Every batch column the data-parallel term reads (``dp_comm_groups`` sees only these)."""
 
 
 class Transport:
@@ -227,14 +227,9 @@ def dp_comm_groups(k: ScenarioConsts, p: CostParams, batch, xp, t: Transport | N
     return tuple(parts)
 
 
-def dp_comm(k: ScenarioConsts, p: CostParams, batch, xp, t: Transport | None = None,
-            lay: Layout | None = None) -> DPComm:
-    """``dp_comm_groups`` summed over the groups (the expert group's buckets / units are calls too)."""
-    return sum_groups(dp_comm_groups(k, p, batch, xp, t, lay))
-
-
 def sum_groups(parts: tuple) -> DPComm:
-    """The dense and (if any) expert groups' DPComm added field by field."""
+    """The dense and (if any) expert groups' DPComm added field by field (the expert group's
+    buckets / units are calls too)."""
     out = parts[0]
     for e in parts[1:]:
         out = DPComm(*(u + w for u, w in zip(out, e)))
