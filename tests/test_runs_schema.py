@@ -63,6 +63,10 @@ def test_other_spellings():
     assert [map_framework(t) for t in ("Megatron-DeepSpeed", "NeMo 24.05", "torchtitan", "Composer", "nanotron",
                                        "MaxText", "DeepSpeed", "other:custom")] == \
         ["megatron", "megatron", "pytorch", "pytorch", "nanotron", "jax", "deepspeed", "other"]
+    # other:NAME is read by NAME first: a known framework's class, else other
+    assert [map_framework(t) for t in ("other:InternEvo", "other:MegaScale (Megatron-LM based)", "other:colossalai",
+                                       "Other: Lit-GPT (Lightning Fabric FSDP)")] == \
+        ["pytorch", "megatron", "pytorch", "pytorch"]
     assert map_convention("HFU (recompute counted)") == "hardware" and map_convention("model FLOPs") == "model"
     assert gpu_memory_gb("A100-SXM4-40GB") == 40 and gpu_memory_gb("H100 80 GB") == 80
     assert gpu_memory_gb("H100-SXM") is None

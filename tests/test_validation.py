@@ -22,13 +22,16 @@ families); the rows after them were added later (issue 13) and are not in that f
 
 
 def test_published_runs_figures():
-    """The tracked in-sample figures of the shipped calibration on the rows it was fit on
-    (README): median <= 10%, p90 <= 25%, Korthikanti mean <= 3.65%."""
+    """The tracked in-sample figures of the shipped calibration on the first rows (README):
+    median <= 10%, p90 <= 26%, Korthikanti mean <= 3.65%. The p90 bound was 25% until a node's
+    NICs carried a data-parallel ring (ring_tier_of_span): that moved it from 22.2% to 25.0%
+    (DeepSpeed's ZeRO-3 rows of Narayanan et al. and long-context NeMo rows) while every row's
+    in-sample median went from 13.8% to 11.1% and the held-out median from 21.1% to 16.9%."""
     r = validate()
     core = [x["ape"] for x in r["rows"] if x["row"] <= ORIGINAL_ROWS]
     assert len(core) >= 120
     assert float(np.median(core)) <= 10.0
-    assert float(np.percentile(core, 90)) <= 25.0
+    assert float(np.percentile(core, 90)) <= 26.0
     korthikanti = [x["ape"] for x in r["rows"] if 23 <= x["row"] <= 30]
     assert len(korthikanti) == 8 and sum(korthikanti) / 8 <= 3.65
     for s in r["skipped"]:
@@ -421,3 +424,31 @@ def test_fuzzed_rows_are_scored_or_skipped_with_a_reason(tmp_path, cells):
         assert s["reason"] and "\n" not in s["reason"] and s["row"] == 2
     for x in r["rows"]:
         assert math.isfinite(x["predicted"]) and x["predicted"] > 0
+
+
+def test_a_data_parallel_ring_over_nodes_scales_as_internevo_measured():
+    """InternEvo's ZeRO-1 runs of one 7B model on 8 to 512 A100s (4 x 100G RoCE per node): the
+    measured tokens/s per GPU barely falls, and so must the prediction. Charged at one NIC per
+    GPU (before ring_tier_of_span) the ratio predicted / measured fell from 1.2 to 0.3."""
+    r = validate()
+    ratios = {}
+    cases = {c.row: c for c in V.read_runs()[0]}
+    for x in r["rows"]:
+        c = cases[x["row"]]
+        if x["family"] == "InternLM/InternEvo" and c.config.tp == 1 and c.config.micro_batch == 8:
+            ratios[c.scenario.n_gpus] = x["predicted"] / x["measured"]
+    assert set(ratios) >= {8, 64, 512}
+    assert max(ratios.values()) / min(ratios.values()) <= 1.15, ratios
+
+
+def test_deepspeed_zero3_rows_run_without_overlap():
+    from autotune.validation.columns import is_deepspeed_zero3
+    assert is_deepspeed_zero3("zero3 (offload not stated)", "megatron-deepspeed", "DeepSpeed on Azure blog")
+    assert is_deepspeed_zero3("ZeRO stage 3", "", "Narayanan et al. SC'21 Table 2")
+    assert not is_deepspeed_zero3("FULL_SHARD", "pytorch-fsdp", "IBM FSDP blog")
+    assert not is_deepspeed_zero3("fsdp (zero3)", "megatron-core", "Liu et al.")
+    cases = V.read_runs()[0]
+    zero3 = [c for c in cases if c.config.overlap_dp == 0]
+    assert zero3 and all(c.config.dp_flavour == "fsdp" for c in zero3)
+    assert {c.family.split(" 20")[0] for c in zero3} == {"Narayanan et al. SC'21", "DeepSpeed team 'DeepSpeed on Azure' blog"}
+    assert all(any("overlap_dp=0" in a for a in c.assumptions) for c in zero3)

@@ -392,8 +392,14 @@ def collective(kind, algo, proto, size_bytes, n_in, n_x, bw_in, a_in, bw_x_ring,
     return t, x
 
 
-def all_to_all_time(size_bytes, n, bw, alpha, xp=NUMPY):
-    """All-to-all of ``size_bytes`` per GPU among n: (n-1)/n of it leaves the GPU, pairwise
-    exchanges run concurrently: (n-1)/n S / beta + alpha (latency of the last exchange)."""
-    t = (n - 1.0) / n * size_bytes / bw + alpha
+def all_to_all_time(size_bytes, n, bw, alpha, xp=NUMPY, m=None, bw_node=None):
+    """All-to-all of ``size_bytes`` per GPU among n, pairwise exchanges running concurrently,
+    plus alpha (latency of the last exchange). With m members per node (``m``, ``bw_node``: the
+    NVLink rate), (m-1)/n of the data stays in the node on NVLink while (n-m)/n leaves on the
+    GPU's own link ``bw``, at once: max((n-m)/n S / bw, (m-1)/n S / bw_node) + alpha. Without
+    them every destination is behind ``bw``: (n-1)/n S / bw + alpha."""
+    if m is None:
+        t = (n - 1.0) / n * size_bytes / bw + alpha
+    else:
+        t = xp.maximum((n - m) / n * size_bytes / bw, (m - 1.0) / n * size_bytes / bw_node) + alpha
     return xp.where(n <= 1.0, 0.0, t)

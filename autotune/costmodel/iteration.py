@@ -175,8 +175,11 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
     # dispatches only those (Megatron-Core's all-to-all token dispatcher: all-to-all over the EP
     # group, then an all-gather over the expert-TP group on NVLink, charged with the TP term)
     a2a_bytes = tok * k.top_k * k.h * k.wire_bytes / tp
+    # inside a building: the members on the GPU's own node (m) exchange on NVLink, the rest
+    # leave on its NIC, at once (nothing to split where the group fits in one node)
+    m_ep = xp.minimum(xp.maximum(k.node / (tp * cp), 1.0), ep_in)
     t_a2a = xp.where(x_ep > 1, (B - 1) / B * a2a_bytes / bw_x_p2p + k.x_alpha_s,
-                     all_to_all_time(a2a_bytes, ep, bw_ep_in, a_ep_in, xp))
+                     all_to_all_time(a2a_bytes, ep, bw_ep_in, a_ep_in, xp, m_ep, k.nvlink_Bps))
     hide = xp.where(sc == S_DUALPIPEV, 1.0, 0.0)    # DualPipeV overlaps a2a with the paired chunk
     layer_f = t_attn_lin + t_moe_lin + t_core
     ep_f = Ls_moe * xp.maximum(0.0, 2 * t_a2a - hide * layer_f)

@@ -168,3 +168,20 @@ def tier_of_span(k: ScenarioConsts, span, xp=NUMPY):
     # a zone smaller than a node has no scale-out tier
     level = xp.asfloat(span > k.node) + xp.asfloat(span > max(k.node, k.zone))
     return xp.take_table(k.tier_bw_table, level), xp.take_table(k.tier_alpha_table, level)
+
+
+def ring_tier_of_span(k: ScenarioConsts, stride, n_in, xp=NUMPY):
+    """(bandwidth, alpha) per member of a ring or tree collective over ``n_in`` members
+    ``stride`` GPUs apart inside a building. Above a node, with m = node / stride members per
+    node, NCCL's ring leaves each node once per channel and spreads its channels over the node's
+    NICs (tuning.cc: busBw = nChannels x bwInter), so the group's crossing runs on m NICs: a
+    member's rate is m times one NIC's share, up to NVLink's (nccl-tests' multi-node bus
+    bandwidth is about a node's NIC total, not one NIC's). Only one hop in m leaves the node:
+    the hop latency is their average. A group with one member per node (stride >= node) keeps
+    the tier's per-GPU rate and latency."""
+    bw, a = tier_of_span(k, stride * n_in, xp)
+    m = xp.maximum(k.node / stride, 1.0)
+    up = stride * n_in > k.node
+    return (xp.where(up, xp.minimum(bw * m, k.nvlink_Bps), bw),
+            xp.where(up, (a + (m - 1.0) * k.nvlink_alpha_s) / m, a))
+

@@ -17,7 +17,7 @@ from . import constants as C
 from .collectives import KIND_AG, KIND_AR, collective
 from .network import effective_bandwidth_Bps, recovery_stall
 from .params import CostParams
-from .scenario_consts import ScenarioConsts, tier_of_span
+from .scenario_consts import ScenarioConsts, ring_tier_of_span
 
 P_DP_OUT, P_PP_OUT, P_HYBRID, P_EP_OUT, P_CP_OUT = Placement   # codes: specs/codes.py
 F_DDP, F_ZERO1, F_FSDP, F_HSDP = DPFlavour   # codes: specs/codes.py
@@ -195,7 +195,7 @@ def dp_comm_groups(k: ScenarioConsts, p: CostParams, batch, xp, t: Transport | N
         for the first collective of every row, one for HSDP's second. Members ``stride`` GPUs
         apart: at least a node apart, the group has one rank per node and NCCL may run PAT for
         its all-gathers and reduce-scatters."""
-        bw_in, a_in = tier_of_span(k, stride * n_in, xp)
+        bw_in, a_in = ring_tier_of_span(k, stride, n_in, xp)
         bw_ring = t.goodput(k.G_b / n_in, ch, ch * buf)
         pat_ok = xp.where(stride >= k.node, 1.0, 0.0)
         nb = xp.maximum(1.0, xp.ceil(g / bucket))

@@ -20,7 +20,7 @@ from .columns import (ALWAYS_RECOMPUTE_SOURCES, ASSUMED_FFN_MULTIPLE, GATED_NAME
                       map_attention, ASSUMED_INTERLEAVED_CHUNKS, ASSUMED_MICRO_BATCH,
                       ASSUMED_SCALE_OUT_LATENCY_s, ASSUMED_VOCAB, COLUMNS, MAX_SCALE_OUT_PATHS, METRICS,
                       PRE_FLASH_SOURCES, RECOMPUTE_VALUES, REQUIRED_COLUMNS, TYPO_CUTOFF, Skip, _cell, _int,
-                      _match_flavour, _match_schedule, map_flavour, map_gpu, map_schedule, one_line,
+                      _match_flavour, _match_schedule, is_deepspeed_zero3, map_flavour, map_gpu, map_schedule, one_line,
                       shipped_runs_path, source_family)
 from .predict import score
 from .row_fields import RACK_SCALE_DOMAIN_GPUS, _convention, _float, _framework, _hardware
@@ -246,8 +246,12 @@ def build_case(i: int, row: dict) -> RunCase:
     if not rec and any(k in (row.get("source") or "").lower() for k in ALWAYS_RECOMPUTE_SOURCES):
         rec = "full"
         assumed.append("recompute=full (the source recomputes in every run)")
+    overlap = 1
+    if flavour == "fsdp" and is_deepspeed_zero3(flavour_text, _cell(row, "framework"), row.get("source") or ""):
+        overlap = 0
+        assumed.append("overlap_dp=0 (DeepSpeed ZeRO-3: gathers and reduce-scatters not overlapped)")
     cfg = Config(tp=tp, cp=cp, ep=ep, pp=pp, dp=dp, placement="dp_out", dp_flavour=flavour,
-                 pp_schedule=sched, pp_chunks=chunks, micro_batch=mb,
+                 pp_schedule=sched, pp_chunks=chunks, micro_batch=mb, overlap_dp=overlap,
                  recompute=rec if rec in RECOMPUTE_VALUES else "none")
     return RunCase(i, name, row.get("source") or "", row.get("notes") or "", metric, measured, scen, cfg,
                    rec in RECOMPUTE_VALUES, bool(_cell(row, "micro_batch")),
