@@ -9,6 +9,7 @@ import click
 from .cli_common import (EXIT_SERVICE_UNAVAILABLE, EXIT_USER_ERROR, STRICT_FLOAT, STRICT_INT, _emit, _header, _params,
                          _print_evaluation, _print_header, _scenario, params_option, scenario_options)
 from .cli_explain import explain, importance, report, sensitivity, timeline
+from .cli_propose import propose
 from .errors import ServiceUnavailable, StorageCorrupt, UserInputError
 
 
@@ -681,6 +682,7 @@ def calibrate(backend, backend_options, xb_mbit, n_configs, holdout, seed, out_p
 
 for _command in (explain, timeline, sensitivity, report, importance):      # why a configuration wins: cli_explain.py
     cli.add_command(_command)
+cli.add_command(propose)                                                   # a learned agent's one-shot answer
 
 
 def main(argv=None) -> int:

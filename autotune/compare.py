@@ -81,6 +81,19 @@ def run_strategy_curves(scenario: Scenario, strategy: str, budget: int, seeds: i
             "median_elapsed_s": float(np.median(elapsed)), "curves": curves}
 
 
+def ppo_first_proposal_gap(scenario: Scenario, params, optimum: float, policy=None) -> float | None:
+    """Gap (%) of the PPO policy's deterministic proposal to the optimum, or None where it does
+    not fit in memory: what the agent answers in one shot. A study measures production first, so
+    its curve after one trial is production's time, not the agent's."""
+    from .agents.ppo import DEFAULT_POLICY, load, propose
+    from .costmodel import evaluate
+    from .envs.design_points import make_point
+    from .space import SearchSpace
+    cfg = propose(load(policy or DEFAULT_POLICY), make_point(scenario, SearchSpace(scenario)))[0]
+    e = evaluate(scenario, cfg, params, check=False)
+    return 100.0 * (e.iteration_time_s / optimum - 1.0) if e.feasible else None
+
+
 def plot_curves(results: dict, optimum: float, path: Path, title: str):
     import matplotlib.pyplot as plt
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
@@ -147,6 +160,9 @@ def run_compare(scenario: Scenario, strategies, budget: int, seeds: int, out_dir
                for s in strategies}
     if bar:
         bar.close()
+    if "ppo" in results:     # the agent's own answer, not the study's best after production went first
+        results["ppo"]["first_proposal_gap_pct"] = ppo_first_proposal_gap(
+            scenario, params, opt["optimum_s"], ((strategy_options or {}).get("ppo") or {}).get("policy"))
     plot = out / f"{stem}.png"
     plot_curves(results, opt["optimum_s"], plot, f"{scenario.model.name} x {scenario.cluster.name}, {seeds} seeds")
     table = out / f"{stem}.md"
@@ -155,6 +171,10 @@ def run_compare(scenario: Scenario, strategies, budget: int, seeds: int, out_dir
     for name, r in results.items():
         f = (lambda x: "-" if x is None else f"{x:.0f}")
         lines.append(f"| {name} | {r['median_gap_pct']:.2f} | {f(r['median_trials_to_1pct'])} | {f(r['median_trials_to_5pct'])} |")
+    if "ppo" in results:
+        g = results["ppo"]["first_proposal_gap_pct"]
+        lines.append(f"\nppo's own first (zero-shot) proposal: gap {g:.2f}%" if g is not None
+                     else "\nppo's own first (zero-shot) proposal does not fit in memory")
     table.write_text("\n".join(lines) + "\n")
     data = {"scenario": scenario.summary(), "optimum_s": opt["optimum_s"], "legal_count": opt["legal_count"],
             "seed_baselines": seed_baselines,

@@ -1,0 +1,49 @@
+"""``autotune propose`` (the PPO policy's one-shot proposal) and compare's score of it."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.test_hardening import assert_one_line_error, run
+
+pytest.importorskip("sb3_contrib")
+SCEN = ["--model", "llama3-8b", "--cluster", "metro-2bldg", "--gpus", "256", "--global-batch", "128"]
+
+
+def test_propose_prints_the_one_shot_proposal_and_its_gap():
+    code, out, err = run(["propose", *SCEN, "--samples", "4", "--json"])
+    assert code == 0, err
+    d = json.loads(out)
+    assert len(d["proposals"]) == 4 and d["first"] == d["proposals"][0]
+    feas = [p for p in d["proposals"] if p["feasible"]]
+    assert feas, "the shipped policy proposed nothing that fits"
+    for p in feas:   # the exact optimum is never slower than a proposal
+        assert p["iteration_time_s"] >= d["optimum_s"] * (1 - 1e-12) and p["gap_pct"] >= -1e-9
+    b = d["proposals"][d["best_of_samples"]]
+    assert b["iteration_time_s"] == min(p["iteration_time_s"] for p in feas)
+    # the first proposal is the deterministic one: the same on a second call
+    code, out, _ = run(["propose", *SCEN, "--no-gap", "--json"])
+    assert code == 0 and json.loads(out)["first"]["config_text"] == d["first"]["config_text"]
+    code, out, _ = run(["propose", *SCEN])
+    assert code == 0 and "one-shot proposal:" in out and "gap of the one-shot proposal" in out
+
+
+@pytest.mark.parametrize("args, option", [(["--samples", "0"], "--samples"), (["--samples", "9999"], "--samples"),
+                                          (["--policy", "no-such-policy.zip"], "--policy")])
+def test_propose_bad_input_is_one_line(args, option):
+    code, _, err = run(["propose", *SCEN, *args])
+    assert_one_line_error(code, err, option)
+
+
+def test_compare_scores_ppo_by_its_own_first_proposal():
+    from autotune.compare import ppo_first_proposal_gap
+    from autotune.costmodel.params import default_params
+    from autotune.space import SearchSpace
+    from autotune.specs import build_scenario
+    from autotune.strategies import exhaustive_search
+    scen = build_scenario("llama3-8b", "metro-2bldg", gpus=256, global_batch=128)
+    opt = exhaustive_search(SearchSpace(scen), default_params(), top_k=1).top[0][1]
+    gap = ppo_first_proposal_gap(scen, default_params(), opt)
+    d = json.loads(run(["propose", *SCEN, "--json"])[1])
+    assert gap == pytest.approx(d["first"]["gap_pct"], rel=1e-9, abs=1e-9)
