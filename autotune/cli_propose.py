@@ -63,10 +63,12 @@ def propose(strategy, policy, samples, with_gap, params_file, as_json, **kw):
         first = d["first"]
         click.echo(f"{d['strategy']} one-shot proposal: {first['config_text']}")
         _print_evaluation(first)
-        if "optimum_s" in d:
+        if d.get("optimum_s") is not None:
             gap = first.get("gap_pct")
             click.echo(f"exact optimum {d['optimum_s']:.4f} s; gap of the one-shot proposal: "
                        + (f"{gap:.2f}%" if gap is not None else "infeasible (does not fit in memory)"))
+        elif "optimum_s" in d:
+            click.echo("no configuration of this scenario fits in memory: no gap to give")
         if d["samples"] > 1:
             b = d["best_of_samples"]
             if b is None:

@@ -36,6 +36,24 @@ def test_propose_bad_input_is_one_line(args, option):
     assert_one_line_error(code, err, option)
 
 
+def test_propose_bad_policy_files_are_one_line(tmp_path):
+    bad = tmp_path / "notapolicy.zip"
+    bad.write_text("not a zip")
+    for path in (bad, tmp_path):
+        code, _, err = run(["propose", *SCEN, "--policy", str(path)])
+        assert_one_line_error(code, err, "--policy")
+
+
+def test_propose_where_nothing_fits_says_so():
+    code, out, err = run(["propose", "--model", "llama3-405b", "--cluster", "single-building", "--gpus", "8",
+                          "--global-batch", "16"])
+    assert code in (0, 2) and "Traceback" not in err, err
+    if code == 0:
+        assert "fits in memory" in out
+    else:
+        assert_one_line_error(code, err)
+
+
 def test_compare_scores_ppo_by_its_own_first_proposal():
     from autotune.compare import ppo_first_proposal_gap
     from autotune.costmodel.params import default_params
@@ -47,3 +65,14 @@ def test_compare_scores_ppo_by_its_own_first_proposal():
     gap = ppo_first_proposal_gap(scen, default_params(), opt)
     d = json.loads(run(["propose", *SCEN, "--json"])[1])
     assert gap == pytest.approx(d["first"]["gap_pct"], rel=1e-9, abs=1e-9)
+
+
+def test_compare_writes_ppos_first_proposal(tmp_path):
+    from autotune.compare import run_compare
+    from autotune.specs import build_scenario
+    scen = build_scenario("llama3-8b", "metro-2bldg", gpus=256, global_batch=128)
+    d = run_compare(scen, ["ppo"], 2, 1, tmp_path, track=False)
+    gap = d["strategies"]["ppo"]["first_proposal_gap_pct"]
+    first = json.loads(run(["propose", *SCEN, "--json"])[1])["first"]["gap_pct"]
+    assert gap == pytest.approx(first, rel=1e-9, abs=1e-9)
+    assert "ppo's own first (zero-shot) proposal" in open(d["table"]).read()

@@ -3,6 +3,7 @@ property tests of the rate and latency it gives, and its effect on a whole evalu
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -45,8 +46,11 @@ def test_data_parallel_time_falls_with_members_per_node():
                 recompute="full", micro_batch=1, dp_bucket_mib=1024, collective="ring", nccl_protocol="simple")
     per_byte = []
     for tp, pp in ((1, 8), (8, 1)):
-        d = evaluate(sc, make_config({**base, "tp": tp, "pp": pp}, 4096)).tiers["dp"]["scale_out"]
-        per_byte.append(d["link_s"] / d["bytes_per_gpu"])
+        d = evaluate(sc, make_config({**base, "tp": tp, "pp": pp}, 4096)).tiers["dp"]
+        bus = d["scale_out"]["bytes_per_gpu"] + d["nvlink"]["bytes_per_gpu"]
+        per_byte.append(d["scale_out"]["link_s"] / bus)
+        # a member's NIC carries 1/m of its ring bytes (m = 8 / tp members per node), NVLink the rest
+        assert d["scale_out"]["bytes_per_gpu"] == pytest.approx(bus * tp / 8)
     assert 0 < 3 * per_byte[0] < per_byte[1], per_byte
 
 

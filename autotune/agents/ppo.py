@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import time
+import zipfile
 from pathlib import Path
 
 
@@ -51,7 +52,11 @@ def load(path: Path = DEFAULT_POLICY):
     if not p.exists():
         from autotune.errors import UserInputError
         raise UserInputError("--policy", str(p), "a trained policy file (python -m autotune.agents.ppo --out FILE trains one)")
-    return MaskablePPO.load(p, device="cpu")
+    try:
+        return MaskablePPO.load(p, device="cpu")
+    except (OSError, ValueError, KeyError, zipfile.BadZipFile, RuntimeError) as e:   # a file that is no policy
+        from autotune.errors import UserInputError
+        raise UserInputError("--policy", str(p), f"a policy file saved by MaskablePPO ({type(e).__name__})") from None
 
 
 def propose(model, point, n: int = 1, seed: int = 0) -> list:

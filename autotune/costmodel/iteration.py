@@ -337,7 +337,7 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
 
     acct = {"m": m, "Ls": Ls, "Ls_moe": Ls_moe, "tp": tp, "cp": cp, "ep": ep, "pp": pp, "cp_in": cp_in, "x_cp": x_cp,
             "ep_in": ep_in, "x_ep": x_ep, "nvlink_bytes": nvlink_bytes, "kv_bytes": kv_bytes, "bw_cp": bw_cp,
-            "a_cp": a_cp, "a2a_bytes": a2a_bytes, "t_a2a": t_a2a, "xb_cp": xb_cp, "xb_ep": xb_ep, "xb_pp": xb_pp,
+            "a_cp": a_cp, "a2a_bytes": a2a_bytes, "t_a2a": t_a2a, "m_ep": m_ep, "xb_cp": xb_cp, "xb_ep": xb_ep, "xb_pp": xb_pp,
             "stage_gpus": stage_gpus, "b_pp": b_pp, "hops": hops, "xhops": xhops, "s_pp": s_pp, "msgs": msgs,
             "t_p2p_x": t_p2p_x, "t_p2p_in": t_p2p_in, "dp_groups": dp_groups, "fl": fl, "fsdp_colls": fsdp_colls,
             "P_dense": P_dense, "P_exp": P_exp, "n_in_d": n_in_d, "n_in_e": n_in_e, "b_dp": b_dp, "x_exp": x_exp,

@@ -178,7 +178,8 @@ def ring_tier_of_span(k: ScenarioConsts, stride, n_in, xp=NUMPY):
     member's rate is m times one NIC's share, up to NVLink's (nccl-tests' multi-node bus
     bandwidth is about a node's NIC total, not one NIC's). Only one hop in m leaves the node:
     the hop latency is their average. A group with one member per node (stride >= node) keeps
-    the tier's per-GPU rate and latency."""
+    the tier's per-GPU rate and latency. Assumes at least one channel per NIC (NCCL's default on
+    8-NIC nodes); ``nccl_channels`` sets the crossing tier's connections only."""
     bw, a = tier_of_span(k, stride * n_in, xp)
     m = xp.maximum(k.node / stride, 1.0)
     up = stride * n_in > k.node

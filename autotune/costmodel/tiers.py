@@ -78,7 +78,12 @@ def accounting(k, a: dict, xp) -> dict:
     ep = a["ep"]
     ep_total = m * Ls_moe * 4.0 * (ep - 1.0) / ep * a["a2a_bytes"]
     ep_in_code = in_building_tier(k, a["tp"] * cp * a["ep_in"], xp)
-    add("ep", ep_in_code, bytes_=xp.maximum(ep_total - a["xb_ep"], 0.0))
+    # inside the building, the m_ep - 1 destinations on the GPU's own node are reached on NVLink
+    ep_inside = xp.maximum(ep_total - a["xb_ep"], 0.0)
+    nvl_share = xp.where(ep_in_code == T_SCALE_OUT,
+                         (a["m_ep"] - 1.0) / xp.maximum(a["ep_in"] - 1.0, 1.0), 0.0)
+    add("ep", T_NVLINK, bytes_=nvl_share * ep_inside)
+    add("ep", ep_in_code, bytes_=(1.0 - nvl_share) * ep_inside)
     add("ep", x_code, bytes_=a["xb_ep"])
     add("ep", xp.where(a["x_ep"] > 1, x_code, ep_in_code), link=m * Ls_moe * 4.0 * a["t_a2a"], exposed=a["ep_s"])
     # PP: hop bytes of the chain; the bottleneck rank's sends, forward and backward
@@ -132,7 +137,11 @@ def _dp_group(k, a, g: int, xp) -> dict:
     in_code = in_building_tier(k, stride * n_in, xp)
     x_code = float(TIERS.index(k.x_tier_name))
     whole = xp.where(n_x > 1, x_code, in_code)    # one collective over the whole group: its slowest tier
-    return {"bytes": [(in_code, xp.maximum(vol - xb, 0.0)), (x_code, xb)],
+    # a ring over nodes leaves each node once per m = node / stride members (ring_tier_of_span):
+    # 1/m of a member's in-building bytes go out on a NIC, the rest on NVLink
+    inside = xp.maximum(vol - xb, 0.0)
+    nic = xp.where(in_code == T_SCALE_OUT, 1.0 / xp.maximum(k.node / stride, 1.0), 1.0)
+    return {"bytes": [(in_code, nic * inside), (T_NVLINK, (1.0 - nic) * inside), (x_code, xb)],
             "time": [(whole, "step", step), (whole, "pass", xp.where(is_fsdp, pass_colls * d.rs, 0.0)),
                      (in_code, "step", xp.where(is_hsdp, step_colls * d.rs_in, 0.0)),
                      (x_code, "step", xp.where(is_hsdp, d.hs_x, 0.0)),
