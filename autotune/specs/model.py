@@ -162,13 +162,14 @@ class ModelSpec(BaseModel):
         whose kernel skips masked blocks (FlashAttention; the cost model's long-standing
         convention), s for one that computes every score (unfused, whatever the window); a
         sliding-window layer of window w < s attends to w - w(w-1)/(2s) on average (the first w
-        positions see fewer)."""
+        positions see fewer), capped at s/2: counted exactly a window just under s would give
+        (s+1)/2, more than the full layer's s/2 convention, and a window never adds work."""
         s = float(seq_len)
         if not causal_skip:
             return s
         full = 0.5 * s
         w = float(self.sliding_window)
-        local = (w - w * (w - 1) / (2 * s)) if 0 < w < s else full
+        local = min(w - w * (w - 1) / (2 * s), full) if 0 < w < s else full
         n_local = self.sliding_window_layers
         return ((self.n_layers - n_local) * full + n_local * local) / self.n_layers
 
