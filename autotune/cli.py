@@ -153,7 +153,8 @@ def search(top_k, out_dir, robust, robust_samples, robust_objective, robust_seed
         res = exhaustive_search(space, params, progress=bar.update, top_k=top_k)
     top = [(c, evaluate_one(scen, c, params, check=False)) for c, _ in res.top]
     data = _header(scen) | {"legal_count": res.legal_count, "feasible_count": res.feasible_count,
-            "elapsed_s": res.elapsed_s, "best": top[0][1].to_dict() if top else None,
+            "elapsed_s": res.elapsed_s, "evaluated_count": res.evaluated_count,
+            "pruned_fraction": res.pruned_fraction, "best": top[0][1].to_dict() if top else None,
             "top": [{"rank": i, "config_text": config_text(c), **e.to_dict()} for i, (c, e) in enumerate(top, 1)]}
     if top:
         data["best"]["launch"] = launch_summary(top[0][0])
@@ -169,7 +170,8 @@ def search(top_k, out_dir, robust, robust_samples, robust_objective, robust_seed
     def human(d):
         _print_header(d)
         click.echo(f"searched {d['legal_count']:,} legal configurations ({d['feasible_count']:,} fit in memory) "
-                   f"in {d['elapsed_s']:.2f} s")
+                   f"in {d['elapsed_s']:.2f} s; {d['evaluated_count']:,} evaluated in full, "
+                   f"{100 * d['pruned_fraction']:.1f}% proved out by memory or the lower bound")
         b = d["best"]
         if b is None:
             click.echo("no configuration fits in memory")

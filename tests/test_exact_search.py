@@ -38,6 +38,20 @@ def test_pruned_search_equals_brute_force(model, cluster, over):
     assert res.best_iteration_time_s == t
     assert res.best_config == cfg
     assert res.legal_count == space.legal_count()
+    # what was evaluated in full: some, never more than what fits, and the pruned share says so
+    assert 0 < res.evaluated_count <= res.feasible_count <= res.legal_count
+    assert res.pruned_fraction == pytest.approx(1 - res.evaluated_count / res.legal_count)
+
+
+def test_search_says_how_much_was_pruned():
+    from tests.test_hardening import run
+    code, out, err = run(["search", "--model", "llama3-8b", "--cluster", "metro-2bldg", "--gpus", "512"])
+    assert code == 0, err
+    assert "evaluated in full" in out and "proved out by memory or the lower bound" in out
+    import json
+    code, out, _ = run(["search", "--model", "llama3-8b", "--cluster", "metro-2bldg", "--gpus", "512", "--json"])
+    d = json.loads(out)
+    assert 0 < d["evaluated_count"] <= d["feasible_count"] and 0 <= d["pruned_fraction"] < 1
 
 
 @settings(max_examples=20, deadline=None)

@@ -25,11 +25,20 @@ class ExhaustiveResult:
     elapsed_s: float
     top: list = field(default_factory=list)
     """The ``top_k`` fastest feasible configurations, (Config, seconds), fastest first."""
+    evaluated_count: int = 0
+    """Configurations evaluated in full; the rest of the legal space was proved out by memory
+    (whole core rows) or by the lower bound."""
+
+    @property
+    def pruned_fraction(self) -> float:
+        """Share of the legal space never evaluated in full."""
+        return 1.0 - self.evaluated_count / self.legal_count if self.legal_count else 0.0
 
     def to_dict(self) -> dict:
         return {"best_config": self.best_config.model_dump() if self.best_config else None,
                 "best_iteration_time_s": self.best_iteration_time_s, "legal_count": self.legal_count,
                 "feasible_count": self.feasible_count, "elapsed_s": self.elapsed_s,
+                "evaluated_count": self.evaluated_count, "pruned_fraction": self.pruned_fraction,
                 "top": [{"config": c.model_dump(), "iteration_time_s": t} for c, t in self.top]}
 
 
@@ -77,7 +86,7 @@ def exhaustive_search(space: SearchSpace, params: CostParams | None = None, chun
     top_cfg: list = []
     kth = np.inf                             # the K-th best time: a row whose bound exceeds it is out
     step = max(1, chunk_rows // nt)
-    done = 0
+    done = evaluated = 0
     for s in range(0, len(cand), step):
         rows = cand[s:s + step]
         live = rows[lb[rows] <= kth]
@@ -88,6 +97,7 @@ def exhaustive_search(space: SearchSpace, params: CostParams | None = None, chun
         b = {f: np.repeat(v, nt) for f, v in c.items() if f not in t}
         b.update({f: np.tile(v, k) for f, v in t.items()})
         out = evaluate_batch(scen, b, params, check=False)
+        evaluated += k * nt
         times = out["iteration_time_s"]
         gidx = np.repeat(live, nt) * nt + np.tile(np.arange(nt), k)
         ok = np.flatnonzero(times <= kth)
@@ -109,4 +119,4 @@ def exhaustive_search(space: SearchSpace, params: CostParams | None = None, chun
         progress((len(cand) - done) * nt)
     best_cfg, best_t = (top_cfg[0], float(top_t[0])) if top_cfg else (None, np.inf)
     return ExhaustiveResult(best_cfg, best_t, space.legal_count(), int(np.count_nonzero(fits)) * nt,
-                            time.perf_counter() - t0, list(zip(top_cfg, map(float, top_t))))
+                            time.perf_counter() - t0, list(zip(top_cfg, map(float, top_t))), evaluated)
