@@ -34,15 +34,12 @@ def propose(strategy, policy, samples, with_gap, params_file, as_json, **kw):
     if not 1 <= samples <= MAX_SAMPLES:
         raise UserInputError("--samples", samples, f"an integer from 1 to {MAX_SAMPLES}")
     params, scen = _params(params_file), _scenario(kw)
-    from .agents.ppo import DEFAULT_POLICY, load
-    from .agents.ppo import propose as policy_propose
+    from .agents.ppo import DEFAULT_POLICY, propose_for
     from .costmodel import evaluate
-    from .envs.design_points import make_point
     from .launch import config_text
     from .space import SearchSpace
-    model = load(policy or DEFAULT_POLICY)
     space = SearchSpace(scen).require_legal()
-    configs = policy_propose(model, make_point(scen, space), n=samples, seed=0)
+    configs = propose_for(scen, space, samples, policy)
     evals = [evaluate(scen, c, params, check=False) for c in configs]
     data = _header(scen) | {"strategy": strategy, "policy": str(policy or DEFAULT_POLICY), "samples": samples,
                             "proposals": [{"rank": i, "config_text": config_text(c), **e.to_dict()}

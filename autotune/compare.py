@@ -85,11 +85,9 @@ def ppo_first_proposal_gap(scenario: Scenario, params, optimum: float, policy=No
     """Gap (%) of the PPO policy's deterministic proposal to the optimum, or None where it does
     not fit in memory: what the agent answers in one shot. A study measures production first, so
     its curve after one trial is production's time, not the agent's."""
-    from .agents.ppo import DEFAULT_POLICY, load, propose
+    from .agents.ppo import propose_for
     from .costmodel import evaluate
-    from .envs.design_points import make_point
-    from .space import SearchSpace
-    cfg = propose(load(policy or DEFAULT_POLICY), make_point(scenario, SearchSpace(scenario)))[0]
+    cfg = propose_for(scenario, policy=policy)[0]
     e = evaluate(scenario, cfg, params, check=False)
     return 100.0 * (e.iteration_time_s / optimum - 1.0) if e.feasible else None
 

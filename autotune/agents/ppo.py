@@ -72,6 +72,11 @@ def propose(model, point, n: int = 1, seed: int = 0) -> list:
     return out
 
 
+def propose_for(scenario, space=None, n: int = 1, policy=None) -> list:
+    """``propose`` for a scenario with the policy file ``policy`` (default: the shipped one)."""
+    return propose(load(policy or DEFAULT_POLICY), make_point(scenario, space), n=n, seed=0)
+
+
 class _Single:
     def __init__(self, point):
         self.points = [point]
@@ -81,7 +86,7 @@ def point_for(scenario):
     return make_point(scenario)
 
 
-__all__ = ["ACTION_SIZES", "DEFAULT_POLICY", "TRAIN_OUT", "load", "point_for", "propose", "train"]
+__all__ = ["ACTION_SIZES", "DEFAULT_POLICY", "TRAIN_OUT", "load", "point_for", "propose", "propose_for", "train"]
 
 
 if __name__ == "__main__":

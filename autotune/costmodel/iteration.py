@@ -21,7 +21,8 @@ from .pipeline import (S_1F1B, S_DUALPIPEV, S_GPIPE, S_INTERLEAVED, S_ZBV, bubbl
 from .terms import (F_DDP, F_FSDP, F_HSDP, F_ZERO1, P_CP_OUT, P_DP_OUT, P_EP_OUT, P_HYBRID,  # noqa: F401
                     P_PP_OUT, ComputeTerms, Transport, compute_terms, dp_comm_groups, layout,
                     sum_groups)
-from .scenario_consts import FSDP_EVERY_PASS, FSDP_FORWARD, FSDP_NEVER, scenario_consts, tier_of_span
+from .scenario_consts import (FSDP_EVERY_PASS, FSDP_FORWARD, FSDP_NEVER, members_per_node, scenario_consts,
+                              tier_of_span)
 from .tiers import accounting
 from .result import BREAKDOWN_KEYS, Evaluation, infeasible_reason  # noqa: F401 - public here too
 from .xp import NUMPY, SCALAR
@@ -175,9 +176,7 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
     # dispatches only those (Megatron-Core's all-to-all token dispatcher: all-to-all over the EP
     # group, then an all-gather over the expert-TP group on NVLink, charged with the TP term)
     a2a_bytes = tok * k.top_k * k.h * k.wire_bytes / tp
-    # inside a building: the members on the GPU's own node (m) exchange on NVLink, the rest
-    # leave on its NIC, at once (nothing to split where the group fits in one node)
-    m_ep = xp.minimum(xp.maximum(k.node / (tp * cp), 1.0), ep_in)
+    m_ep = members_per_node(k, tp * cp, ep_in, xp)  # in a building: these exchange on NVLink, the rest on the NIC
     t_a2a = xp.where(x_ep > 1, (B - 1) / B * a2a_bytes / bw_x_p2p + k.x_alpha_s,
                      all_to_all_time(a2a_bytes, ep, bw_ep_in, a_ep_in, xp, m_ep, k.nvlink_Bps))
     hide = xp.where(sc == S_DUALPIPEV, 1.0, 0.0)    # DualPipeV overlaps a2a with the paired chunk

@@ -170,6 +170,12 @@ def tier_of_span(k: ScenarioConsts, span, xp=NUMPY):
     return xp.take_table(k.tier_bw_table, level), xp.take_table(k.tier_alpha_table, level)
 
 
+def members_per_node(k: ScenarioConsts, stride, n, xp=NUMPY):
+    """Members of a group of ``n`` ranks ``stride`` GPUs apart that share one node: node / stride,
+    at least 1, at most n (rank order: consecutive members ``stride`` apart)."""
+    return xp.minimum(xp.maximum(k.node / stride, 1.0), n)
+
+
 def ring_tier_of_span(k: ScenarioConsts, stride, n_in, xp=NUMPY):
     """(bandwidth, alpha) per member of a ring or tree collective over ``n_in`` members
     ``stride`` GPUs apart inside a building. Above a node, with m = node / stride members per
@@ -181,7 +187,7 @@ def ring_tier_of_span(k: ScenarioConsts, stride, n_in, xp=NUMPY):
     the tier's per-GPU rate and latency. Assumes at least one channel per NIC (NCCL's default on
     8-NIC nodes); ``nccl_channels`` sets the crossing tier's connections only."""
     bw, a = tier_of_span(k, stride * n_in, xp)
-    m = xp.maximum(k.node / stride, 1.0)
+    m = members_per_node(k, stride, n_in, xp)
     up = stride * n_in > k.node
     return (xp.where(up, xp.minimum(bw * m, k.nvlink_Bps), bw),
             xp.where(up, (a + (m - 1.0) * k.nvlink_alpha_s) / m, a))

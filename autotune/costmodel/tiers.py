@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .scenario_consts import members_per_node
+
 TIERS = ("nvlink", "scale_out", "cross_building", "cross_region")
 DIMS = ("tp", "cp", "ep", "pp", "dp")
 MEASURES = ("bytes_per_gpu", "link_s", "exposed_s")
@@ -140,7 +142,7 @@ def _dp_group(k, a, g: int, xp) -> dict:
     # a ring over nodes leaves each node once per m = node / stride members (ring_tier_of_span):
     # 1/m of a member's in-building bytes go out on a NIC, the rest on NVLink
     inside = xp.maximum(vol - xb, 0.0)
-    nic = xp.where(in_code == T_SCALE_OUT, 1.0 / xp.maximum(k.node / stride, 1.0), 1.0)
+    nic = xp.where(in_code == T_SCALE_OUT, 1.0 / members_per_node(k, stride, n_in, xp), 1.0)
     return {"bytes": [(in_code, nic * inside), (T_NVLINK, (1.0 - nic) * inside), (x_code, xb)],
             "time": [(whole, "step", step), (whole, "pass", xp.where(is_fsdp, pass_colls * d.rs, 0.0)),
                      (in_code, "step", xp.where(is_hsdp, step_colls * d.rs_in, 0.0)),
