@@ -17,6 +17,7 @@ from .costmodel.iteration import BREAKDOWN_KEYS, evaluate_batch
 from .costmodel.params import CostParams
 from .errors import UserInputError
 from .space import TRANSPORT as _TRANSPORT, SearchSpace, config_at, take
+from .strategies.exhaustive import core_fits_and_bounds
 from .specs.config import CATEGORICAL, FIELDS
 from .specs.scenario import Scenario
 
@@ -68,11 +69,13 @@ def _name(field: str, code: int):
 def best_by(scenario: Scenario, group: tuple[str, ...], where: dict | None = None,
             params: CostParams | None = None, space: SearchSpace | None = None,
             chunk_rows: int = 1 << 18) -> dict[tuple, GroupBest]:
-    """Exhaustive search restricted to ``where`` (field -> allowed values), best per ``group`` value.
+    """Exact search restricted to ``where`` (field -> allowed values), best per ``group`` value.
 
-    Every legal core row passing the filter is crossed with every transport row passing it, so
-    the result per group is exact, not sampled. Core rows that do not fit in memory are dropped
-    first (no transport changes memory). Groups with no feasible row map to an infinite time and
+    Every legal core row passing the filter that can still win its group is crossed with every
+    transport row passing it, so the result per group is exact, not sampled. Core rows that do
+    not fit in memory are dropped first (no transport changes memory); the rest are visited in the
+    order of their transport-free lower bound (``costmodel.bounds``) and skipped once the bound
+    exceeds their group's incumbent. Groups with no feasible row map to an infinite time and
     no config.
     """
     where = dict(where or {})
@@ -87,39 +90,60 @@ def best_by(scenario: Scenario, group: tuple[str, ...], where: dict | None = Non
     n_core = len(core["tp"])
     if nt == 0 or n_core == 0:
         return best
-    fits = np.concatenate([evaluate_batch(scenario, take(core, slice(s, s + chunk_rows)), params, check=False)["feasible"]
-                           for s in range(0, n_core, chunk_rows)])
-    if group and not fits.all():
+    fits, lb = core_fits_and_bounds(scenario, core, params, chunk_rows)
+    core_keys = (np.stack([core[f].astype(np.int64) for f in group], axis=1) if group else
+                 np.zeros((n_core, 0), np.int64)) if all(f in core for f in group) else None
+    if group and core_keys is not None and not fits.all():
         # groups whose every row is out of memory still appear, with an infinite time
-        keys = np.stack([core[f].astype(np.int64) for f in group if f in core], axis=1) if all(
-            f in core for f in group) else None
-        if keys is not None:
-            for row in np.unique(keys[~fits], axis=0):
-                key = tuple(_name(f, int(c)) for f, c in zip(group, row))
-                best.setdefault(key, GroupBest(key, math.inf, None, {}, math.nan))
-    core = take(core, fits)
-    n_core = len(core["tp"])
+        for row in np.unique(core_keys[~fits], axis=0):
+            key = tuple(_name(f, int(c)) for f, c in zip(group, row))
+            best.setdefault(key, GroupBest(key, math.inf, None, {}, math.nan))
+    # Branch-and-bound per group: rows in lower-bound order; a row is evaluated only while its
+    # bound can still reach its group's incumbent (ties kept: the first in enumeration order wins,
+    # as in a brute-force scan). Groups that name a transport knob are scanned in full.
+    rows_left = np.flatnonzero(fits)
+    rows_left = rows_left[np.argsort(lb[rows_left], kind="stable")]
+    if core_keys is not None:
+        uniq, gid = np.unique(core_keys, axis=0, return_inverse=True)
+        gid = gid.reshape(-1)
+        gnames = [tuple(_name(f, int(c)) for f, c in zip(group, row)) for row in uniq]
+        incumbent = np.full(len(uniq), np.inf)
+        present = np.unique(gid[rows_left])
+    best_g: dict[tuple, int] = {}
     step = max(1, chunk_rows // nt)
-    for start in range(0, n_core, step):
-        c = take(core, slice(start, min(n_core, start + step)))
-        k = len(c["tp"])
+    for start in range(0, len(rows_left), step):
+        rows = rows_left[start:start + step]
+        if core_keys is not None:
+            if lb[rows[0]] > incumbent[present].max():
+                break                              # no group's incumbent is reachable any more
+            rows = rows[lb[rows] <= incumbent[gid[rows]]]
+            if len(rows) == 0:
+                continue
+        c = take(core, rows)
+        k = len(rows)
         b = {f: np.repeat(v, nt) for f, v in c.items() if f not in _TRANSPORT}
         b.update({f: np.tile(v, k) for f, v in transport.items()})
         out = evaluate_batch(scenario, b, params, check=False)
         times = np.where(out["feasible"], out["iteration_time_s"], np.inf)
+        gidx = np.repeat(rows, nt) * nt + np.tile(np.arange(nt), k)   # enumeration order
         keys = np.stack([b[f].astype(np.int64) for f in group], axis=1) if group else np.zeros((len(times), 0), int)
-        uniq, inv = np.unique(keys, axis=0, return_inverse=True)
+        uniq_b, inv = np.unique(keys, axis=0, return_inverse=True)
         inv = inv.reshape(-1)
-        order = np.lexsort((times, inv))          # by group, then time
+        order = np.lexsort((gidx, times, inv))     # by group, then time, then enumeration order
         first = order[np.r_[0, np.flatnonzero(np.diff(inv[order])) + 1]]
         for gi, row in zip(inv[first], first):
-            key = tuple(_name(f, int(code)) for f, code in zip(group, uniq[gi]))
-            t = float(times[row])
+            key = tuple(_name(f, int(code)) for f, code in zip(group, uniq_b[gi]))
+            t, g = float(times[row]), int(gidx[row])
             prev = best.get(key)
-            if prev is None or t < prev.iteration_time_s:
+            if prev is None or (t, g) < (prev.iteration_time_s, best_g.get(key, -1)):
                 cfg = config_at(b, int(row)) if math.isfinite(t) else None
                 best[key] = GroupBest(key, t, cfg, {kk: float(out[kk][row]) for kk in BREAKDOWN_KEYS},
                                       float(out["xb_bytes_per_step"][row]))
+                best_g[key] = g
+        if core_keys is not None:
+            for j, name in enumerate(gnames):
+                if name in best:
+                    incumbent[j] = best[name].iteration_time_s
     return best
 
 

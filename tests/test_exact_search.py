@@ -86,3 +86,53 @@ def test_top_k_equals_brute_force():
     assert [t for _, t in res.top] == [times[j][0] for j in order]
     assert [c for c, _ in res.top] == [cfgs[j] for j in order]
     assert res.best_config == res.top[0][0] and res.best_iteration_time_s == res.top[0][1]
+
+
+@pytest.fixture(scope="module")
+def scanned():
+    """A small space and every legal row of it evaluated, in enumeration order."""
+    space = SearchSpace(build_scenario("llama3-8b", "metro-2bldg", gpus=512,
+                                       overrides=["cluster.cross_building.distance_km=300"]),
+                        cp_values=(1, 2), micro_batches=(1, 2))
+    parts = [(b, evaluate_batch(space.scenario, b, check=False)) for b in space.enumerate(1 << 17)]
+    rows = {f: np.concatenate([b[f] for b, _ in parts]) for f in parts[0][0]}
+    times = np.concatenate([np.where(o["feasible"], o["iteration_time_s"], np.inf) for _, o in parts])
+    return space, rows, times
+
+
+def brute_force_by(rows, times, group, where):
+    """Best (time, config) per value of ``group`` over every legal row passing ``where``."""
+    from autotune.analysis import _codes, _name
+    keep = np.isfinite(times)
+    for f, values in where.items():
+        keep &= np.isin(rows[f], _codes(f, values))
+    idx = np.flatnonzero(keep)
+    keys = np.stack([rows[f][idx] for f in group], axis=1) if group else np.zeros((len(idx), 0), int)
+    _, inv = np.unique(keys, axis=0, return_inverse=True)
+    inv = inv.reshape(-1)
+    order = np.lexsort((idx, times[idx], inv))
+    best = {}
+    for j in order[np.r_[0, np.flatnonzero(np.diff(inv[order])) + 1]]:
+        i = int(idx[j])
+        best[tuple(_name(f, int(rows[f][i])) for f in group)] = (float(times[i]), config_at(rows, i))
+    return best
+
+
+@pytest.mark.parametrize("group,where", [
+    (("placement",), {"placement": ("dp_out", "pp_out")}),
+    (("tp", "pp"), {}),                            # many small groups: the case a loose bound fails
+    pytest.param(("dp_flavour",), {"recompute": ("selective", "full")}, marks=SLOW),
+    pytest.param(("collective",), {}, marks=SLOW),  # a transport knob: scanned in full (3 s)
+    ((), {"pp_schedule": ("1f1b",)}),
+])
+def test_best_by_equals_brute_force_per_group(scanned, group, where):
+    """``analysis.best_by`` prunes per group by the transport-free bound: every group's best time
+    and configuration are those of a full scan (ties by enumeration order)."""
+    from autotune.analysis import best_by
+    space, rows, times = scanned
+    want = brute_force_by(rows, times, group, where)
+    got = {k: v for k, v in best_by(space.scenario, group, where=where, space=space).items() if v.feasible}
+    assert set(got) == set(want)
+    for key, (t, cfg) in want.items():
+        assert got[key].iteration_time_s == t, key
+        assert got[key].config == cfg, key

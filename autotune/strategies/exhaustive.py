@@ -42,6 +42,26 @@ class ExhaustiveResult:
                 "top": [{"config": c.model_dump(), "iteration_time_s": t} for c, t in self.top]}
 
 
+def core_fits_and_bounds(scen, core: dict, params: CostParams | None = None,
+                         chunk_rows: int = 1 << 18) -> tuple[np.ndarray, np.ndarray]:
+    """For every core row (no transport knobs): does it fit in memory, and a lower bound on its
+    iteration time under any transport (``costmodel.bounds``: the row on the transport-free
+    scenario with DP collectives at zero, selective repeat and ECMP on the free link)."""
+    n_core = len(core["tp"])
+    fits = np.zeros(n_core, dtype=bool)
+    lb = np.empty(n_core)
+    free = transport_free(scen)
+    bp = bound_params(params)
+    for s in range(0, n_core, chunk_rows):
+        c = take(core, slice(s, min(n_core, s + chunk_rows)))
+        fits[s:s + chunk_rows] = evaluate_batch(scen, c, params, check=False)["feasible"]
+        c_lb = dict(c)                           # no loss recovery penalty on the free link
+        c_lb["xb_loss_recovery"] = np.full_like(c["xb_loss_recovery"], _SR)
+        c_lb["xb_load_balancing"] = np.full_like(c["xb_load_balancing"], _ECMP)
+        lb[s:s + chunk_rows] = evaluate_batch(free, c_lb, bp, check=False)["iteration_time_s"]
+    return fits, lb
+
+
 def exhaustive_search(space: SearchSpace, params: CostParams | None = None, chunk_rows: int = 1 << 18,
                       progress=None, top_k: int = 1) -> ExhaustiveResult:
     """Best feasible configuration of the whole legal space (minimum iteration time), exact.
@@ -65,17 +85,7 @@ def exhaustive_search(space: SearchSpace, params: CostParams | None = None, chun
     nt = space.n_transport
     if n_core == 0:
         return ExhaustiveResult(None, np.inf, 0, 0, time.perf_counter() - t0)
-    fits = np.zeros(n_core, dtype=bool)
-    lb = np.empty(n_core)
-    free = transport_free(scen)
-    bp = bound_params(params)
-    for s in range(0, n_core, chunk_rows):
-        c = take(core, slice(s, min(n_core, s + chunk_rows)))
-        fits[s:s + chunk_rows] = evaluate_batch(scen, c, params, check=False)["feasible"]
-        c_lb = dict(c)                           # no loss recovery penalty on the free link
-        c_lb["xb_loss_recovery"] = np.full_like(c["xb_loss_recovery"], _SR)
-        c_lb["xb_load_balancing"] = np.full_like(c["xb_load_balancing"], _ECMP)
-        lb[s:s + chunk_rows] = evaluate_batch(free, c_lb, bp, check=False)["iteration_time_s"]
+    fits, lb = core_fits_and_bounds(scen, core, params, chunk_rows)
     if progress is not None:
         progress(int(np.count_nonzero(~fits)) * nt)
     cand = np.flatnonzero(fits)
