@@ -103,3 +103,16 @@ def test_evaluate_reports_tiers_in_json_and_in_its_table():
     code, out, err = run_cli(args)
     assert code == 0, err
     assert "per network tier" in out and "cross_building pp" in out and "nvlink         tp" in out
+
+
+@pytest.mark.parametrize("cp", [1, 2, 4])
+def test_expert_parallel_members_are_tp_apart_whatever_cp_is(cp):
+    """Megatron-Core folds cp into the expert mesh (tp-ep-dp-pp, parallel_state.py's expert
+    RankGenerator has cp=1): with tp x ep = one node, the all-to-all never leaves the node, at
+    any cp; at tp x ep = two nodes part of it does."""
+    s = build_scenario("mixtral-8x7b", "metro-2bldg", gpus=256)
+    for ep, inside in ((4, True), (8, False)):
+        c = make_config(parse_config_text(f"tp=2,cp={cp},ep={ep},pp=2,placement=dp_out,micro_batch=1"), s.n_gpus)
+        t = evaluate(s, c).tiers["ep"]
+        assert t["nvlink"]["bytes_per_gpu"] > 0
+        assert (t["scale_out"]["bytes_per_gpu"] == 0) == inside, (cp, ep)

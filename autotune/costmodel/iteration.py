@@ -170,13 +170,17 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
     cp_b = Ls * (cp - 1) * xp.maximum(0.0, 2 * kv_bytes / bw_cp + a_cp - p.attention_backward_time_ratio * step_core)
 
     # ---- expert parallel: all-to-all dispatch + combine per MoE layer (fwd 2, bwd 2) ----
+    # Rank order (Megatron-Core's MoE parallel folding: the expert mesh is tp-ep-dp-pp with cp
+    # folded into ep and expert dp, parallel_state.py's expert RankGenerator has cp=1): EP
+    # members are tp GPUs apart, whatever cp is; the expert DP group (terms.dp_comm_groups) is
+    # tp * ep apart.
     ep_in = ep / x_ep
-    bw_ep_in, a_ep_in = tier_of_span(k, tp * cp * ep_in, xp)
+    bw_ep_in, a_ep_in = tier_of_span(k, tp * ep_in, xp)
     # with sequence parallelism each TP rank holds tok / tp of the micro-batch's tokens and
     # dispatches only those (Megatron-Core's all-to-all token dispatcher: all-to-all over the EP
     # group, then an all-gather over the expert-TP group on NVLink, charged with the TP term)
     a2a_bytes = tok * k.top_k * k.h * k.wire_bytes / tp
-    m_ep = members_per_node(k, tp * cp, ep_in, xp)  # in a building: these exchange on NVLink, the rest on the NIC
+    m_ep = members_per_node(k, tp, ep_in, xp)  # in a building: these exchange on NVLink, the rest on the NIC
     t_a2a = xp.where(x_ep > 1, (B - 1) / B * a2a_bytes / bw_x_p2p + k.x_alpha_s,
                      all_to_all_time(a2a_bytes, ep, bw_ep_in, a_ep_in, xp, m_ep, k.nvlink_Bps))
     hide = xp.where(sc == S_DUALPIPEV, 1.0, 0.0)    # DualPipeV overlaps a2a with the paired chunk

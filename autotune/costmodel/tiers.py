@@ -79,7 +79,7 @@ def accounting(k, a: dict, xp) -> dict:
     # EP: dispatch and combine, forward and backward
     ep = a["ep"]
     ep_total = m * Ls_moe * 4.0 * (ep - 1.0) / ep * a["a2a_bytes"]
-    ep_in_code = in_building_tier(k, a["tp"] * cp * a["ep_in"], xp)
+    ep_in_code = in_building_tier(k, a["tp"] * a["ep_in"], xp)   # EP members tp apart (iteration.py)
     # inside the building, the m_ep - 1 destinations on the GPU's own node are reached on NVLink
     ep_inside = xp.maximum(ep_total - a["xb_ep"], 0.0)
     nvl_share = xp.where(ep_in_code == T_SCALE_OUT,
