@@ -117,6 +117,11 @@ def show(preset, as_json):
 @click.option("--out", "out_dir", default=None,
               help="folder to write the launch files into: best_config.yaml, torchtitan_args.txt (torchtitan 0.3.0), "
                    "megatron_args.txt, nccl.env, top_k.csv, scenario.yaml")
+@click.option("--space", "space_name", type=click.Choice(["default", "full"]), default="default", show_default=True,
+              help="knob grid: full opens every transport knob (all NCCL protocols, 2-32 channels, 1-16 MiB "
+                   "buffers, DP buckets 0/25/100 MiB; 45x the default)")
+@click.option("--workers", type=STRICT_INT, default=None,
+              help="processes for the exact search [default: all cores on a space of 16M or more]")
 @click.option("--robust", "robust", multiple=True, metavar="RANGE|FILE",
               help="a link field that varies over a run, cluster.<tier>.<field>=LOW..HIGH (e.g. "
                    "cluster.cross_building.loss_rate=1e-6..1e-3), or a YAML file of them: also find the "
@@ -126,20 +131,25 @@ def show(preset, as_json):
 @click.option("--robust-seed", type=STRICT_INT, default=0, show_default=True)
 @params_option
 @click.option("--json", "as_json", is_flag=True)
-def search(top_k, out_dir, robust, robust_samples, robust_objective, robust_seed, params_file, as_json, **kw):
+def search(top_k, out_dir, space_name, workers, robust, robust_samples, robust_objective, robust_seed, params_file,
+           as_json, **kw):
     """Exhaustive search of the whole legal space: the optimum and why (with --robust, also the
     optimum of the expected or worst-case time when a link varies)."""
     from tqdm import tqdm
 
     from .costmodel import evaluate as evaluate_one
     from .launch import check_out_dir, config_text, launch_summary, write_launch_dir
-    from .space import SearchSpace
+    from .space import SPACE_PRESETS, SearchSpace
     from .strategies import exhaustive_search
     if not 1 <= top_k <= MAX_TOP_K:
         raise UserInputError("--top", top_k, f"an integer from 1 to {MAX_TOP_K}")
+    if workers is not None and not 1 <= workers <= MAX_JOBS:
+        raise UserInputError("--workers", workers, f"an integer from 1 to {MAX_JOBS}")
     params = _params(params_file)
     scen = _scenario(kw)
-    space = SearchSpace(scen).require_legal()
+    space = SearchSpace(scen, **SPACE_PRESETS[space_name]).require_legal()
+    if top_k > space.legal_count():
+        raise UserInputError("--top", top_k, f"at most the legal count of this space ({space.legal_count():,})")
     ranges = None
     if robust:
         from .robust import parse_ranges
@@ -150,7 +160,7 @@ def search(top_k, out_dir, robust, robust_samples, robust_objective, robust_seed
         check_out_dir(out_dir)
     with tqdm(total=space.legal_count(), unit="cfg", unit_scale=True, disable=as_json or not sys.stderr.isatty(),
               desc="exhaustive") as bar:
-        res = exhaustive_search(space, params, progress=bar.update, top_k=top_k)
+        res = exhaustive_search(space, params, progress=bar.update, top_k=top_k, workers=workers)
     top = [(c, evaluate_one(scen, c, params, check=False)) for c, _ in res.top]
     data = _header(scen) | {"legal_count": res.legal_count, "feasible_count": res.feasible_count,
             "elapsed_s": res.elapsed_s, "evaluated_count": res.evaluated_count,
@@ -164,7 +174,8 @@ def search(top_k, out_dir, robust, robust_samples, robust_objective, robust_seed
     if ranges is not None:
         from .robust import robust_search
         from .specs.config import Config
-        data["robust"] = robust_search(scen, ranges, robust_samples, robust_objective, robust_seed, params)
+        data["robust"] = robust_search(scen, ranges, robust_samples, robust_objective, robust_seed, params,
+                                       space_options=SPACE_PRESETS[space_name])
         data["robust"]["robust_config_text"] = config_text(Config(**data["robust"]["robust_config"]))
 
     def human(d):

@@ -33,6 +33,16 @@ MAX_LEGAL_CORE_BYTES = 6 * 2**30
 """Most memory the legal core rows may take (6 GiB: a quarter of a 24 GiB machine); the
 exhaustive search adds evaluation chunks of a fixed size on top."""
 
+SPACE_PRESETS = {
+    "default": {},
+    "full": {"protocols": ("auto", "simple", "ll128", "ll"), "channels": (2, 4, 8, 16, 32),
+             "buffers_mib": (1, 4, 16), "buckets_mib": (0, 25, 100)},
+}
+"""Named knob grids for ``SearchSpace(scenario, **SPACE_PRESETS[name])``. ``full`` opens every
+transport knob the search tunes: all four NCCL protocols, 2-32 channels, 1-16 MiB buffers and
+three DP bucket sizes (the framework default, 25 MiB as PyTorch DDP, 100 MiB), 45x the default
+grid (Maverick x metro-2bldg: 8.05 billion legal configurations)."""
+
 _SINGLE_CHUNK = (PPSchedule.GPIPE, PPSchedule.ONE_F_ONE_B, PPSchedule.ZB1P, PPSchedule.ZB2P)
 _V_SHAPED = (PPSchedule.ZBV, PPSchedule.DUALPIPEV)
 

@@ -136,3 +136,40 @@ def test_best_by_equals_brute_force_per_group(scanned, group, where):
     for key, (t, cfg) in want.items():
         assert got[key].iteration_time_s == t, key
         assert got[key].config == cfg, key
+
+
+def test_all_cores_give_the_one_process_result():
+    """Waves of chunks in forked workers, pruned by the bound known when each wave starts: the
+    same top K, in the same order, as one process (small chunks: many waves)."""
+    space = SearchSpace(build_scenario("llama3-8b", "metro-2bldg", gpus=512,
+                                       overrides=["cluster.cross_building.distance_km=300"]),
+                        cp_values=(1, 2), micro_batches=(1, 2))
+    one = exhaustive_search(space, top_k=25, workers=1, chunk_rows=1 << 12)
+    many = exhaustive_search(space, top_k=25, workers=3, chunk_rows=1 << 12)
+    assert many.top == one.top
+    assert many.feasible_count == one.feasible_count
+    assert one.evaluated_count <= many.evaluated_count <= one.feasible_count   # a stale bound prunes less
+    ticks = []
+    exhaustive_search(space, workers=2, chunk_rows=1 << 12, progress=ticks.append)
+    assert sum(ticks) == space.legal_count()
+
+
+def test_search_full_space_and_its_bad_input():
+    """``--space full`` opens every transport knob (45x the default grid); ``--workers`` and a
+    ``--top`` beyond the legal count are one-line errors before any work."""
+    import json
+
+    from tests.test_hardening import run
+    base = ["search", "--model", "llama3-8b", "--cluster", "metro-2bldg", "--gpus", "64", "--json"]
+    code, out, err = run(base)
+    assert code == 0, err
+    default = json.loads(out)
+    code, out, err = run(base + ["--space", "full", "--workers", "2"])
+    assert code == 0, err
+    full = json.loads(out)
+    assert full["legal_count"] == 45 * default["legal_count"]
+    assert full["best"]["iteration_time_s"] <= default["best"]["iteration_time_s"]
+    for extra, field in ((["--workers", "0"], "--workers"), (["--top", str(default["legal_count"] + 1)], "--top"),
+                         (["--space", "huge"], "--space")):
+        code, out, err = run(base + extra)
+        assert code == 2 and field in err and len(err.strip().splitlines()) == 1, (extra, err)

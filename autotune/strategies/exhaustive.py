@@ -2,6 +2,10 @@
 every other strategy is judged against."""
 from __future__ import annotations
 
+import itertools
+import multiprocessing as mp
+import os
+import sys
 import time
 from dataclasses import dataclass, field
 
@@ -42,28 +46,89 @@ class ExhaustiveResult:
                 "top": [{"config": c.model_dump(), "iteration_time_s": t} for c, t in self.top]}
 
 
+_JOB: dict = {}
+"""What forked workers read: set just before the pool forks, so children inherit it without
+pickling (the legal core of a large space is hundreds of MB)."""
+PARALLEL_MIN_LEGAL = 1 << 24
+"""Legal configurations below which one process searches (a fork and its warm-up cost more than
+they save on a search of a second or less)."""
+
+
+def default_workers(legal_count: int) -> int:
+    """All cores for a large space where fork is safe (Linux); one process otherwise."""
+    if legal_count < PARALLEL_MIN_LEGAL or sys.platform != "linux" or "fork" not in mp.get_all_start_methods():
+        return 1
+    return os.cpu_count() or 1
+
+
+def _pool(workers: int, job: dict):
+    """A fork pool whose workers see ``job`` as ``_JOB`` (None for one worker: the caller runs
+    in-process with ``job`` itself)."""
+    if workers <= 1:
+        return None
+    _JOB.clear()
+    _JOB.update(job)
+    try:
+        return mp.get_context("fork").Pool(workers)
+    finally:
+        _JOB.clear()                         # the children have their copy; the parent keeps none
+
+
+def search_job(scen, core: dict, params: CostParams | None, transport: dict | None = None) -> dict:
+    """What a chunk needs: the scenario and its transport-free copy, the core rows, the
+    parameters and their bound, the transport grid."""
+    return {"scen": scen, "core": core, "params": params, "free": transport_free(scen), "bp": bound_params(params),
+            "transport": transport, "nt": len(transport["collective"]) if transport else 0}
+
+
+def _fits_bounds_chunk(sl: slice, job: dict | None = None):
+    j = job or _JOB
+    c = take(j["core"], sl)
+    fits = evaluate_batch(j["scen"], c, j["params"], check=False)["feasible"]
+    c_lb = dict(c)                           # no loss recovery penalty on the free link
+    c_lb["xb_loss_recovery"] = np.full_like(c["xb_loss_recovery"], _SR)
+    c_lb["xb_load_balancing"] = np.full_like(c["xb_load_balancing"], _ECMP)
+    return fits, evaluate_batch(j["free"], c_lb, j["bp"], check=False)["iteration_time_s"]
+
+
 def core_fits_and_bounds(scen, core: dict, params: CostParams | None = None,
-                         chunk_rows: int = 1 << 18) -> tuple[np.ndarray, np.ndarray]:
+                         chunk_rows: int = 1 << 18, pool=None, job: dict | None = None) -> tuple[np.ndarray, np.ndarray]:
     """For every core row (no transport knobs): does it fit in memory, and a lower bound on its
     iteration time under any transport (``costmodel.bounds``: the row on the transport-free
-    scenario with DP collectives at zero, selective repeat and ECMP on the free link)."""
+    scenario with DP collectives at zero, selective repeat and ECMP on the free link). ``pool``:
+    a ``_pool`` made with ``job`` (``search_job`` of this scen, core and params)."""
     n_core = len(core["tp"])
-    fits = np.zeros(n_core, dtype=bool)
-    lb = np.empty(n_core)
-    free = transport_free(scen)
-    bp = bound_params(params)
-    for s in range(0, n_core, chunk_rows):
-        c = take(core, slice(s, min(n_core, s + chunk_rows)))
-        fits[s:s + chunk_rows] = evaluate_batch(scen, c, params, check=False)["feasible"]
-        c_lb = dict(c)                           # no loss recovery penalty on the free link
-        c_lb["xb_loss_recovery"] = np.full_like(c["xb_loss_recovery"], _SR)
-        c_lb["xb_load_balancing"] = np.full_like(c["xb_load_balancing"], _ECMP)
-        lb[s:s + chunk_rows] = evaluate_batch(free, c_lb, bp, check=False)["iteration_time_s"]
+    slices = [slice(s, min(n_core, s + chunk_rows)) for s in range(0, n_core, chunk_rows)]
+    if pool is None:
+        job = job or search_job(scen, core, params)
+        parts = [_fits_bounds_chunk(sl, job) for sl in slices]
+    else:
+        parts = pool.map(_fits_bounds_chunk, slices)
+    fits = np.concatenate([f for f, _ in parts]) if parts else np.zeros(0, dtype=bool)
+    lb = np.concatenate([b for _, b in parts]) if parts else np.empty(0)
     return fits, lb
 
 
+def _best_of_chunk(args, job: dict | None = None):
+    """The chunk's core rows crossed with every transport row: its K best at or under ``kth``
+    (times, enumeration indices, configs), and how many configurations it evaluated."""
+    live, kth, top_k = args
+    j = job or _JOB
+    t, nt = j["transport"], j["nt"]
+    c = take(j["core"], live)
+    k = len(live)
+    b = {f: np.repeat(v, nt) for f, v in c.items() if f not in t}
+    b.update({f: np.tile(v, k) for f, v in t.items()})
+    times = evaluate_batch(j["scen"], b, j["params"], check=False)["iteration_time_s"]
+    gidx = np.repeat(live, nt) * nt + np.tile(np.arange(nt), k)
+    ok = np.flatnonzero(times <= kth)
+    if len(ok) > top_k:                      # the chunk's K best, ties by enumeration order
+        ok = ok[np.lexsort((gidx[ok], times[ok]))[:top_k]]
+    return times[ok], gidx[ok], [config_at(b, int(i)) for i in ok], k * nt
+
+
 def exhaustive_search(space: SearchSpace, params: CostParams | None = None, chunk_rows: int = 1 << 18,
-                      progress=None, top_k: int = 1) -> ExhaustiveResult:
+                      progress=None, top_k: int = 1, workers: int | None = None) -> ExhaustiveResult:
     """Best feasible configuration of the whole legal space (minimum iteration time), exact.
 
     Memory first: each legal core row (degrees, placement, flavour, schedule, micro-batch,
@@ -74,7 +139,10 @@ def exhaustive_search(space: SearchSpace, params: CostParams | None = None, chun
     row can beat it and the search stops. Ties resolve to the first row in enumeration order, as a
     brute-force scan does. ``progress`` receives the rows evaluated or proved out. ``top_k``: the
     K fastest are kept (ties by enumeration order) and the bound is tested against the K-th, so
-    the top K are exact too.
+    the top K are exact too. ``workers``: processes (default ``default_workers``: all cores on
+    a large space). They evaluate chunks in waves; each wave is pruned by the K-th best time known
+    when it starts, so the result is the same as with one process (a stale bound prunes less,
+    never wrongly).
     """
     if top_k < 1:
         raise ValueError(f"top_k: got {top_k!r}; allowed: a positive integer")
@@ -85,48 +153,56 @@ def exhaustive_search(space: SearchSpace, params: CostParams | None = None, chun
     nt = space.n_transport
     if n_core == 0:
         return ExhaustiveResult(None, np.inf, 0, 0, time.perf_counter() - t0)
-    fits, lb = core_fits_and_bounds(scen, core, params, chunk_rows)
-    if progress is not None:
-        progress(int(np.count_nonzero(~fits)) * nt)
-    cand = np.flatnonzero(fits)
-    cand = cand[np.argsort(lb[cand], kind="stable")]
-    t = space.transport_grid
-    top_t = np.empty(0)                      # the K best so far: times and global indices, sorted
-    top_g = np.empty(0, dtype=np.int64)
-    top_cfg: list = []
-    kth = np.inf                             # the K-th best time: a row whose bound exceeds it is out
-    step = max(1, chunk_rows // nt)
-    done = evaluated = 0
-    for s in range(0, len(cand), step):
-        rows = cand[s:s + step]
-        live = rows[lb[rows] <= kth]
-        if len(live) == 0:
-            break
-        c = take(core, live)
-        k = len(live)
-        b = {f: np.repeat(v, nt) for f, v in c.items() if f not in t}
-        b.update({f: np.tile(v, k) for f, v in t.items()})
-        out = evaluate_batch(scen, b, params, check=False)
-        evaluated += k * nt
-        times = out["iteration_time_s"]
-        gidx = np.repeat(live, nt) * nt + np.tile(np.arange(nt), k)
-        ok = np.flatnonzero(times <= kth)
-        if len(ok):
-            if len(ok) > top_k:               # the batch's K best, ties by enumeration order
-                ok = ok[np.lexsort((gidx[ok], times[ok]))[:top_k]]
-            all_t = np.concatenate([top_t, times[ok]])
-            all_g = np.concatenate([top_g, gidx[ok]])
-            all_c = top_cfg + [None] * len(ok)
-            order = np.lexsort((all_g, all_t))[:top_k]
-            top_cfg = [all_c[i] if i < len(top_t) else config_at(b, int(ok[i - len(top_t)])) for i in order]
-            top_t, top_g = all_t[order], all_g[order]
-            if len(top_t) == top_k:
-                kth = float(top_t[-1])
-        done += len(rows)
+    workers = default_workers(space.legal_count()) if workers is None else max(1, int(workers))
+    job = search_job(scen, core, params, space.transport_grid)
+    pool = _pool(workers, job)
+    try:
+        fits, lb = core_fits_and_bounds(scen, core, params, chunk_rows, pool, job)
         if progress is not None:
-            progress(len(rows) * nt)
-    if progress is not None and done < len(cand):
-        progress((len(cand) - done) * nt)
+            progress(int(np.count_nonzero(~fits)) * nt)
+        cand = np.flatnonzero(fits)
+        cand = cand[np.argsort(lb[cand], kind="stable")]
+        top_t = np.empty(0)                  # the K best so far: times and global indices, sorted
+        top_g = np.empty(0, dtype=np.int64)
+        top_cfg: list = []
+        kth = np.inf                         # the K-th best time: a row whose bound exceeds it is out
+        step = max(1, chunk_rows // nt)
+        wave = 2 * workers                   # chunks in flight at once
+        done = evaluated = reported = 0     # candidate rows consumed, configurations evaluated
+        starts = iter(range(0, len(cand), step))
+        while True:
+            jobs = []
+            for s in itertools.islice(starts, wave):
+                rows = cand[s:s + step]
+                live = rows[lb[rows] <= kth]
+                done += len(rows)
+                if len(live) == 0:
+                    break
+                jobs.append((live, kth, top_k))
+            if not jobs:
+                break
+            results = pool.map(_best_of_chunk, jobs) if pool is not None else [_best_of_chunk(a, job) for a in jobs]
+            for times, gidx, cfgs, n_eval in results:
+                evaluated += n_eval
+                if len(times):
+                    all_t = np.concatenate([top_t, times])
+                    all_g = np.concatenate([top_g, gidx])
+                    all_c = top_cfg + cfgs
+                    order = np.lexsort((all_g, all_t))[:top_k]
+                    top_cfg = [all_c[i] for i in order]
+                    top_t, top_g = all_t[order], all_g[order]
+                    if len(top_t) == top_k:
+                        kth = float(top_t[-1])
+            if progress is not None:
+                progress((done - reported) * nt)
+                reported = done
+            if len(jobs) < wave:
+                break
+    finally:
+        if pool is not None:
+            pool.terminate()
+    if progress is not None and reported < len(cand):
+        progress((len(cand) - reported) * nt)
     best_cfg, best_t = (top_cfg[0], float(top_t[0])) if top_cfg else (None, np.inf)
     return ExhaustiveResult(best_cfg, best_t, space.legal_count(), int(np.count_nonzero(fits)) * nt,
                             time.perf_counter() - t0, list(zip(top_cfg, map(float, top_t))), evaluated)
