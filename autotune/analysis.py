@@ -154,3 +154,38 @@ def winner(best: dict[tuple, GroupBest]):
         return None, math.nan
     margin = ranked[1].iteration_time_s / ranked[0].iteration_time_s - 1 if len(ranked) > 1 else math.inf
     return ranked[0].key, margin
+
+
+def fastest_buildings_only(scenario: Scenario) -> Scenario | None:
+    """The scenario on its fastest GPU type's buildings alone, at the same global batch (the
+    default batch is rounded per building count); None where the buildings all have one GPU."""
+    from .space import mixed_speeds
+    if not mixed_speeds(scenario):
+        return None
+    c = scenario.cluster
+    speed = {b.gpu: (b.gpu.peak_flops(scenario.precision) or b.gpu.peak_flops_bf16, b.gpu.hbm_bandwidth_Bps)
+             for b in c.buildings}
+    top = max(speed.values())
+    kept = tuple(b for b in c.buildings if speed[b.gpu] == top)
+    return scenario.model_copy(update={
+        "cluster": c.model_copy(update={"buildings": kept}),
+        "workload": scenario.workload.model_copy(update={"global_batch_seqs": scenario.global_batch_seqs})})
+
+
+def leave_slow_out(scenario: Scenario, best_s: float, params: CostParams | None = None, space_options=None) -> dict | None:
+    """On a cluster of mixed GPUs: the exact optimum of the fastest buildings alone, beside the
+    optimum using every building (``best_s``). None on one GPU type."""
+    from .strategies.exhaustive import exhaustive_search
+    fast = fastest_buildings_only(scenario)
+    if fast is None:
+        return None
+    try:
+        space = SearchSpace(fast, **(space_options or {})).require_legal()
+    except UserInputError as e:
+        return {"buildings": len(fast.cluster.buildings), "gpus": fast.n_gpus, "iteration_time_s": None,
+                "config": None, "why_none": e.allowed}
+    r = exhaustive_search(space, params)
+    t = r.best_iteration_time_s if r.best_config is not None else None
+    return {"buildings": len(fast.cluster.buildings), "gpus": fast.n_gpus, "iteration_time_s": t,
+            "config": r.best_config.model_dump() if r.best_config else None,
+            "every_building_gain_pct": 100 * (t / best_s - 1) if t and math.isfinite(best_s) else None}

@@ -36,7 +36,7 @@ def evaluate(config_text, simulate, params_file, as_json, **kw):
     SearchSpace(scen).check(cfg)
     ev = evaluate_one(scen, cfg, params, check=False)      # checked just above
     from .launch import config_text as pasteable, launch_summary
-    data = ev.to_dict() | _header(scen) | {"launch": launch_summary(cfg), "config_text": pasteable(cfg)}
+    data = ev.to_dict() | _header(scen) | {"launch": launch_summary(cfg, scen, params), "config_text": pasteable(cfg)}
     if simulate:
         from .costmodel.simulator import simulate as sim
         if not as_json:
@@ -167,10 +167,15 @@ def search(top_k, out_dir, space_name, workers, robust, robust_samples, robust_o
             "pruned_fraction": res.pruned_fraction, "best": top[0][1].to_dict() if top else None,
             "top": [{"rank": i, "config_text": config_text(c), **e.to_dict()} for i, (c, e) in enumerate(top, 1)]}
     if top:
-        data["best"]["launch"] = launch_summary(top[0][0])
+        data["best"]["launch"] = launch_summary(top[0][0], scen, params)
         data["best"]["config_text"] = config_text(top[0][0])
         if out_dir is not None:
             data["files"] = write_launch_dir(out_dir, scen, top, "autotune search " + " ".join(sys.argv[2:]))
+    if top:
+        from .analysis import leave_slow_out
+        alone = leave_slow_out(scen, res.best_iteration_time_s, params, SPACE_PRESETS[space_name])
+        if alone is not None:
+            data["fastest_buildings_only"] = alone
     if ranges is not None:
         from .robust import robust_search
         from .specs.config import Config
@@ -194,11 +199,28 @@ def search(top_k, out_dir, space_name, workers, robust, robust_samples, robust_o
             click.echo(f"top {len(d['top'])}:")
             for r in d["top"]:
                 click.echo(f"  {r['rank']:>3}  {r['iteration_time_s']:.4f} s  {r['config_text']}")
+        if "fastest_buildings_only" in d:
+            _print_leave_out(d["fastest_buildings_only"], b["iteration_time_s"])
         if "robust" in d:
             _print_robust(d["robust"])
         for f in d.get("files", []):
             click.echo(f"wrote {f}")
     _emit(data, as_json, human)
+
+
+def _print_leave_out(r: dict, best_s: float) -> None:
+    head = f"fastest buildings alone ({r['buildings']} buildings, {r['gpus']:,} GPUs, same global batch):"
+    if r["iteration_time_s"] is None:
+        click.echo(f"{head} no legal configuration ({r.get('why_none', 'none fits in memory')})")
+        return
+    gain = r["every_building_gain_pct"]
+    verdict = (f"they take {gain:.1f}% longer than every building" if gain >= 0 else
+               f"every building takes {100 * (best_s / r['iteration_time_s'] - 1):.1f}% longer: leave the slow "
+               "buildings out")
+    from .launch import config_text
+    from .specs.config import Config
+    click.echo(f"{head} {r['iteration_time_s']:.4f} s; {verdict}")
+    click.echo(f"  {config_text(Config(**r['config']))}")
 
 
 def _print_robust(r: dict) -> None:

@@ -16,7 +16,9 @@ import numpy as np
 from .space import TRANSPORT, SearchSpace, config_at, take
 from .specs.config import CATEGORICAL, Config
 
-CORE = ("placement", "dp_flavour", "pp_schedule", "pp_chunks", "micro_batch", "recompute")
+CORE = ("placement", "dp_flavour", "pp_schedule", "pp_chunks", "micro_batch", "recompute", "hetero_split")
+"""Core knobs decoded in this order; a knob an index vector omits (the PPO agent's fixed action
+space has no hetero_split) takes its first legal value."""
 
 
 class FlatEncoding:
@@ -33,6 +35,7 @@ class FlatEncoding:
             "pp_chunks": sorted(set(core["pp_chunks"].tolist())),
             "micro_batch": sorted(set(core["micro_batch"].tolist())),
             "recompute": sorted(set(core["recompute"].tolist())),
+            "hetero_split": sorted(set(core["hetero_split"].tolist())),
         }
         t = space.transport_grid
         for k in TRANSPORT:
@@ -84,7 +87,7 @@ class FlatEncoding:
         rows = np.ones(len(block["tp"]), dtype=bool)
         for k in CORE:
             legal = sorted(set(block[k][rows].tolist()))
-            v = self._pick(idx[k], len(self.values[k]), legal)
+            v = self._pick(idx.get(k, 0), len(self.values[k]), legal)
             rows &= block[k] == v
         row = take(block, np.flatnonzero(rows)[:1])
         t = self._transport

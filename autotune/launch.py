@@ -48,8 +48,35 @@ def transport_notes(cfg: Config) -> list[str]:
     return notes
 
 
-def launch_summary(cfg: Config) -> dict:
-    return {"nccl_env": nccl_env(cfg), "notes": transport_notes(cfg)}
+def launch_summary(cfg: Config, scenario=None, params=None) -> dict:
+    notes = transport_notes(cfg)
+    if scenario is not None:
+        notes = notes + hetero_notes(scenario, cfg, params)
+    return {"nccl_env": nccl_env(cfg), "notes": notes}
+
+
+def hetero_notes(scenario, cfg: Config, params=None) -> list[str]:
+    """What ``hetero_split=by_speed`` asks of the launch: micro-batches per DP replica (dp_out)
+    or layers per pipeline stage (pp_out) on each GPU type, as the cost model shares them
+    (``costmodel.terms.hetero_shares``). No framework takes these as a flag; they are set by hand
+    (Megatron-Core: a pipeline layout; per-replica micro-batch counts in the data loader)."""
+    if cfg.hetero_split != "by_speed":
+        return []
+    from .costmodel.iteration import _scalar_row, iteration_formulas
+    from .costmodel.params import default_params
+    from .costmodel.scenario_consts import scenario_consts
+    from .costmodel.xp import SCALAR
+    p = params or default_params()
+    plan = iteration_formulas(scenario, _scalar_row(cfg), p, SCALAR)["_hetero_plan"]
+    if not plan or not any(plan):
+        return ["hetero_split=by_speed: the even split is as fast here; every building takes an even share"]
+    gpus = {}
+    for b in scenario.cluster.buildings:
+        gpus.setdefault(b.gpu, []).append(b.name if getattr(b, "name", None) else b.gpu.name)
+    types = scenario_consts(scenario, p).speed_types
+    what = "micro-batches per step on each DP replica" if cfg.placement == "dp_out" else "layers on each pipeline stage"
+    parts = [f"{gpu.name} ({sp:.2f}x the slowest): {int(n)}" for (gpu, _), (sp, _), n in zip(gpus.items(), types, plan)]
+    return [f"hetero_split=by_speed: {what}: " + "; ".join(parts) + " (set by hand: no framework flag)"]
 
 
 # ---------------------------------------------------------------------------------- launch folder

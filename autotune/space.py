@@ -15,7 +15,7 @@ from functools import cached_property
 import numpy as np
 
 from .errors import UserInputError
-from .specs.codes import DPFlavour, LoadBalancing, Placement, PPSchedule, Protocol, Recompute
+from .specs.codes import DPFlavour, HeteroSplit, LoadBalancing, Placement, PPSchedule, Protocol, Recompute
 from .specs.config import CATEGORICAL, FIELDS, PP_SCHEDULES, Config
 from .specs.scenario import Scenario
 
@@ -45,6 +45,12 @@ grid (Maverick x metro-2bldg: 8.05 billion legal configurations)."""
 
 _SINGLE_CHUNK = (PPSchedule.GPIPE, PPSchedule.ONE_F_ONE_B, PPSchedule.ZB1P, PPSchedule.ZB2P)
 _V_SHAPED = (PPSchedule.ZBV, PPSchedule.DUALPIPEV)
+
+
+def mixed_speeds(scenario: Scenario) -> bool:
+    """Do the cluster's buildings differ in GPU compute or memory speed (``hetero_split`` applies)?"""
+    return len({(b.gpu.peak_flops_bf16, b.gpu.peak_flops(scenario.precision), b.gpu.hbm_bandwidth_Bps)
+                for b in scenario.cluster.buildings}) > 1
 
 
 def _divisors(n: int) -> list[int]:
@@ -99,7 +105,7 @@ class SearchSpace:
     def __init__(self, scenario: Scenario, *, cp_values=(1, 2, 4, 8), micro_batches=(1, 2, 4, 8),
                  chunks=(2, 3, 4, 6, 8), queue_pairs=(1, 2, 4, 8, 16), overlap=(1,),
                  schedules=PP_SCHEDULES, protocols=("auto", "ll128"), channels=(4, 16), buffers_mib=(4,),
-                 buckets_mib=(0,), load_balancing=None, loss_recovery=None, collectives=None):
+                 buckets_mib=(0,), load_balancing=None, loss_recovery=None, collectives=None, hetero=None):
         self.scenario = scenario
         self.cp_values = tuple(cp_values)
         self.micro_batches = tuple(micro_batches)
@@ -142,6 +148,11 @@ class SearchSpace:
         self.tp_values = tuple(d for d in _divisors(node))
         self.ep_values = tuple(_divisors(m.moe_experts)) if m.is_moe else (1,)
         self.pp_values = tuple(range(1, m.n_layers + 1))
+        hetero = tuple(hetero or HeteroSplit.labels()) if mixed_speeds(scenario) else ("even",)
+        bad = [h for h in hetero if h not in HeteroSplit.labels()]
+        if bad or not hetero:
+            raise UserInputError("hetero", bad[0] if bad else hetero, ", ".join(HeteroSplit.labels()))
+        self.hetero_values = tuple(HeteroSplit.of(h) for h in hetero)
 
     # ---------------------------------------------------------------- legality
     def rules(self) -> dict[str, Rule]:
@@ -166,6 +177,9 @@ class SearchSpace:
                                            "version or all >= 9.0; this cluster has none)" if not self.ll128
                           else "auto, simple, ll128 or ll"),
             "channels": Rule("nccl_channels", f"1..{64} (NCCL MAXCHANNELS)"),
+            "hetero": Rule("hetero_split", "even, or by_speed with placement dp_out or pp_out on a cluster whose "
+                                           "buildings differ in GPU speed" if mixed_speeds(s) else
+                           "even (every building has the same GPU)"),
             "bucket": Rule("dp_bucket_mib", f"0 (the framework default) or at most the model's gradient bytes "
                                             f"({self._grad_mib()} MiB)"),
         }
@@ -234,6 +248,8 @@ class SearchSpace:
         chn = np.asarray(b["nccl_channels"], dtype=np.int64)
         out["channels"] = (chn < 1) | (chn > 64)
         out["bucket"] = np.asarray(b["dp_bucket_mib"], dtype=np.int64) > self._grad_mib()
+        by_speed = np.asarray(b.get("hetero_split", HeteroSplit.EVEN)) == HeteroSplit.BY_SPEED   # absent: even
+        out["hetero"] = by_speed & ((not mixed_speeds(s)) | ~np.isin(pl, (Placement.DP_OUT, Placement.PP_OUT)))
         return out
 
     @staticmethod
@@ -286,7 +302,7 @@ class SearchSpace:
 
     @cached_property
     def _core_grid(self) -> ConfigBatch:
-        """Placement x flavour x (schedule, chunks) x micro-batch x recompute x overlap."""
+        """Placement x flavour x (schedule, chunks) x micro-batch x recompute x overlap x hetero split."""
         sv = []
         for sname in self.schedules:
             code = PPSchedule.of(sname)
@@ -298,13 +314,13 @@ class SearchSpace:
                 sv.append((code, 1))
         grids = np.meshgrid(np.arange(len(Placement)), np.arange(len(DPFlavour)), np.arange(len(sv)),
                             np.array(self.micro_batches), np.arange(len(Recompute)), np.array(self.overlap),
-                            indexing="ij")
+                            np.array(self.hetero_values, dtype=np.int64), indexing="ij")
         flat = [g.ravel() for g in grids]
         sv = np.array(sv, dtype=np.int64)
         return {"placement": flat[0].astype(np.int8), "dp_flavour": flat[1].astype(np.int8),
                 "pp_schedule": sv[flat[2], 0].astype(np.int8), "pp_chunks": sv[flat[2], 1],
                 "micro_batch": flat[3].astype(np.int64), "recompute": flat[4].astype(np.int8),
-                "overlap_dp": flat[5].astype(np.int64)}
+                "overlap_dp": flat[5].astype(np.int64), "hetero_split": flat[6].astype(np.int8)}
 
     @cached_property
     def transport_grid(self) -> ConfigBatch:
@@ -370,7 +386,7 @@ class SearchSpace:
         """Size of the naive product of every knob's values (what a categorical encoding sees)."""
         n_sv = sum(len(self.chunks) if s == "interleaved_1f1b" else 1 for s in self.schedules)
         dims = [len(self.tp_values), len(self.cp_values), len(self.ep_values), len(self.pp_values),
-                5, 4, n_sv, len(self.micro_batches), 3, len(self.overlap),
+                5, 4, n_sv, len(self.micro_batches), 3, len(self.overlap), len(self.hetero_values),
                 len(self.load_balancing) * len(self.queue_pairs), len(self.loss_recovery), len(self.collectives),
                 len(self.protocols), len(self.channels), len(self.buffers_mib), len(self.buckets_mib)]
         return math.prod(dims)

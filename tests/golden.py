@@ -23,7 +23,7 @@ GOLDEN_FILE = Path(__file__).parent / "golden" / "costmodel.json"
 ROWS_PER_SCENARIO = 24
 DRAW_SEED = 20261126
 
-# (model, cluster, overrides): presets, one heterogeneous cluster, fp8 and fp32 workloads,
+# (model, cluster, overrides): presets, two heterogeneous clusters (the second with work shared by speed), fp8 and fp32 workloads,
 # one regather policy per FSDP variant, a lossy long link
 SCENARIOS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("llama3-405b", "campus-5bldg", ()),
@@ -32,6 +32,7 @@ SCENARIOS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("llama4-maverick", "metro-2bldg", ()),
     ("llama4-scout", "campus-5bldg", ("workload.fsdp_regather=never",)),
     ("mixtral-8x7b", "campus-5bldg", ("cluster.buildings.1.gpu=a100-80gb",)),
+    ("llama3-405b", "campus-5bldg", ("cluster.buildings.3.gpu=a100-80gb", "cluster.buildings.4.gpu=a100-80gb")),
     ("deepseek-v3", "region-pair", ()),
     ("gpt3-175b", "single-building", ("workload.fsdp_regather=forward",)),
     ("llama3-70b", "llama3-24k", ("workload.precision=fp8",)),

@@ -19,7 +19,7 @@ from .params import CostParams, default_params
 from .pipeline import (S_1F1B, S_DUALPIPEV, S_GPIPE, S_INTERLEAVED, S_ZBV, bubble_time, chain_hops,
                        in_flight_microbatches)
 from .terms import (F_DDP, F_FSDP, F_HSDP, F_ZERO1, P_CP_OUT, P_DP_OUT, P_EP_OUT, P_HYBRID,  # noqa: F401
-                    P_PP_OUT, ComputeTerms, Transport, compute_terms, dp_comm_groups, layout,
+                    P_PP_OUT, ComputeTerms, Transport, compute_terms, dp_comm_groups, hetero_shares, layout,
                     sum_groups)
 from .scenario_consts import (FSDP_EVERY_PASS, FSDP_FORWARD, FSDP_NEVER, members_per_node, scenario_consts,
                               tier_of_span)
@@ -193,7 +193,6 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
     t_w = t_w_comp
     T_comp = t_f_comp + t_b_comp + t_w_comp
     T_mb = t_f + t_b + t_w
-
     # ---- data parallel groups (terms.dp_comm_groups) ----
     P_dense, P_exp = lay.P_dense, lay.P_exp
     n_d = dp * cp
@@ -251,9 +250,30 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
     # ---- per-micro-batch pace of the bottleneck rank, then the whole pipeline ----
     # FSDP gathers overlap the forward and backward they feed (prefetch), or add to them; W is
     # compute only. Every stretched time is monotone in bandwidth and latency.
-    t_f_p = xp.where(overlap, xp.maximum(t_f, gather_f_mb), t_f + gather_f_mb)
-    t_b_p = xp.where(overlap, xp.maximum(t_b, gather_b_mb), t_b + gather_b_mb)
-    T_fsdp = t_f_p + t_b_p + t_w
+    def pace(tf, tb, tw, gf, gb):
+        tf_p = xp.where(overlap, xp.maximum(tf, gf), tf + gf)
+        tb_p = xp.where(overlap, xp.maximum(tb, gb), tb + gb)
+        return tf_p, tb_p, tf_p + tb_p + tw
+
+    if k.speed_types:
+        # buildings of different speeds share the work by speed (terms.hetero_shares): the pace
+        # of a rank whose compute is sp times faster and whose exchanges and gathers scale by x
+        def pace_at(sp, x=1.0):
+            return xp.maximum(pace(t_f_comp / sp + x * (t_f - t_f_comp), t_b_comp / sp + x * (t_b - t_b_comp),
+                                   t_w_comp / sp, x * gather_f_mb, x * gather_b_mb)[2], p2p_bw_bound)
+        hs = hetero_shares(k, p, batch, m, pp, Ls, pace_at, xp)
+        t_f_comp, t_b_comp, t_w_comp = hs.compute * t_f_comp, hs.compute * t_b_comp, hs.compute * t_w_comp
+        tp_f, tp_b, cp_f, cp_b, ep_f, ep_b = (hs.comm * x for x in (tp_f, tp_b, cp_f, cp_b, ep_f, ep_b))
+        gather_f_mb, gather_b_mb = hs.comm * gather_f_mb, hs.comm * gather_b_mb
+        t_f = t_f_comp + tp_f + cp_f + ep_f
+        t_b = t_b_comp + tp_b + cp_b + ep_b
+        t_w = t_w_comp
+        T_comp = t_f_comp + t_b_comp + t_w_comp
+        T_mb = t_f + t_b + t_w
+        hs_memory, hetero_plan = hs.memory, hs.plan
+    else:
+        hs_memory, hetero_plan = 1.0, ()
+    t_f_p, t_b_p, T_fsdp = pace(t_f, t_b, t_w, gather_f_mb, gather_b_mb)
     T_pace = xp.maximum(T_fsdp, p2p_bw_bound)
     # The first rank admits ``infl`` micro-batches without waiting; each later one waits for the
     # backward of the one ``infl`` before it to come back, so it starts at most one round trip
@@ -311,7 +331,7 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
                        act_scale * C.ACT_FULL_RECOMPUTE_BYTES_PER_TOKEN_HIDDEN * tok * k.h / tp * Ls)
     acts = infl * act_mb + xp.where(rc == R_FULL, act_layer_full, 0.0) \
         + tok * k.vocab * C.LOGITS_BYTES / tp
-    memory = states + gather_buf + acts + C.FRAMEWORK_RESERVED_BYTES
+    memory = hs_memory * (states + acts) + gather_buf + C.FRAMEWORK_RESERVED_BYTES
     deficit = xp.maximum(0.0, memory - k.hbm_bytes)
 
     # ---- FLOPs, MFU (model FLOPs, non-causal attention: PaLM / Megatron convention) ----
@@ -375,6 +395,7 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
         "_pipe_t_f": t_f_p, "_pipe_t_b": t_b_p, "_pipe_t_w": t_w,
         "_t_p2p_in": t_p2p_in, "_t_p2p_x": t_p2p_x, "_b_pp": b_pp, "_T_pipe": T_pipe,
         "_dp_exposed": dp_exposed, "_t_opt": t_opt, "_hbm_bytes": k.hbm_bytes,
+        "_hetero_plan": hetero_plan,
         "_acct": acct,   # for the per-tier accounting (tiers.accounting), computed only on request
     }
 

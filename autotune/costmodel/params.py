@@ -54,6 +54,10 @@ class CostParams:
     """Multiplies every data-parallel collective's time; 0 drops them (the transport-free lower
     bound of ``costmodel.bounds``, never a calibration)."""
 
+    integer_shares: float = 1.0
+    """1: buildings of different speeds take whole micro-batches and whole layers (``hetero_split``);
+    0: continuous shares, a lower bound on the same time (``costmodel.bounds``, never a calibration)."""
+
     @classmethod
     def names(cls) -> list[str]:
         return [f.name for f in fields(cls)]

@@ -2,7 +2,7 @@
 array arithmetic over configurations)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -43,6 +43,8 @@ class ScenarioConsts:
     wire_bytes: float            # bytes per element of activations, gathered weights, reduced gradients
     weight_bytes: float; grad_bytes: float; optimizer_bytes: float   # resident, per parameter
     fsdp_regather: int           # FSDP_EVERY_PASS, FSDP_FORWARD or FSDP_NEVER
+    speed_types: tuple = ()      # ((speed relative to the slowest, share of the GPUs), ...) per distinct
+                                 # GPU; () on a cluster of one GPU type (``building_speeds``)
 
 
 FSDP_EVERY_PASS, FSDP_FORWARD, FSDP_NEVER = range(3)
@@ -93,6 +95,31 @@ def scenario_consts(scenario: Scenario, params: CostParams) -> ScenarioConsts:
     return k
 
 
+def building_speeds(scenario: Scenario, params: CostParams, k: "ScenarioConsts") -> tuple:
+    """((speed, GPU share), ...) for each distinct GPU of a mixed cluster, else (). A GPU's speed is
+    the model's own forward time of one reference layer (one sequence, no TP/CP/EP: every GEMM,
+    the attention core and the element-wise passes at their shapes, ``terms.compute_terms``) at the
+    slowest pace ``k`` charges, over the same layer on a cluster of that GPU alone (>= 1)."""
+    from .terms import compute_terms
+    c = scenario.cluster
+    if len({b.gpu for b in c.buildings}) < 2:
+        return ()
+
+    def layer_s(kk) -> float:
+        t = compute_terms(kk, params, 1.0, 1.0, 1.0, 1.0, SCALAR)
+        return float(t.attn_lin + t.core + t.elem + (1 - kk.moe_frac) * t.mlp_dense
+                     + kk.moe_frac * (t.moe_lin + t.moe_permute))
+    slow_s = layer_s(k)
+    out: dict = {}
+    for b in c.buildings:
+        if b.gpu not in out:
+            alone = scenario.model_copy(update={"cluster": c.model_copy(update={
+                "buildings": tuple(x.model_copy(update={"gpu": b.gpu}) for x in c.buildings)})})
+            out[b.gpu] = [max(1.0, slow_s / layer_s(_compute_consts(alone, params))), 0.0]
+        out[b.gpu][1] += b.gpus / c.n_gpus
+    return tuple((sp, share) for sp, share in out.values())
+
+
 def _compute_consts(scenario: Scenario, params: CostParams) -> ScenarioConsts:
     m, c = scenario.model, scenario.cluster
     gpus = [b.gpu for b in c.buildings]
@@ -119,7 +146,7 @@ def _compute_consts(scenario: Scenario, params: CostParams) -> ScenarioConsts:
     nvlink_Bps = min(g.nvlink_bandwidth_Bps for g in gpus) * params.nvlink_efficiency
     nvlink_alpha_s = max(g.nvlink_latency_s for g in gpus)
     ll128 = all(g.nccl_ll128 for g in gpus) and (len(caps) == 1 or min(caps) >= 9.0)
-    return ScenarioConsts(
+    k = ScenarioConsts(
         L=m.n_layers, h=m.hidden, ffn=m.ffn_hidden, heads=m.n_heads, kv_dim=m.kv_dim, vocab=m.vocab,
         attn_gemms=m.attn_gemms, qv_width=m.n_heads * (m.qk_head_dim + m.v_dim), kv_width=m.kv_width,
         qk_head_dim=m.qk_head_dim,
@@ -150,6 +177,8 @@ def _compute_consts(scenario: Scenario, params: CostParams) -> ScenarioConsts:
         **dict(zip(("wire_bytes", "weight_bytes", "grad_bytes", "optimizer_bytes"), precision_bytes(scenario.precision))),
         fsdp_regather=_REGATHER[scenario.workload.fsdp_regather],
     )
+    speeds = building_speeds(scenario, params, k)
+    return replace(k, speed_types=speeds) if speeds else k
 
 
 def framework_efficiency(params: CostParams, framework: str) -> float:

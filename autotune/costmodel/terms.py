@@ -11,7 +11,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..specs.codes import DPFlavour, Placement
+from ..specs.codes import DPFlavour, HeteroSplit, Placement
 
 from . import constants as C
 from .collectives import KIND_AG, KIND_AR, collective
@@ -234,3 +234,69 @@ def sum_groups(parts: tuple) -> DPComm:
     for e in parts[1:]:
         out = DPComm(*(u + w for u, w in zip(out, e)))
     return out
+
+
+class HeteroShares(NamedTuple):
+    """Factors on the bottleneck rank's per-micro-batch times and layer-held memory under
+    ``hetero_split`` (1 where the split is even or the cluster has one GPU type)."""
+    compute: object   # compute per micro-batch
+    comm: object      # TP / CP / EP exchanges per micro-batch (they run per layer)
+    memory: object    # parameters, gradients, optimizer state and activations (they scale with layers)
+    plan: tuple = ()  # per GPU type (k.speed_types order): micro-batches per replica (dp_out) or
+                      # layers per stage (pp_out) under by_speed; () where even
+
+
+def hetero_shares(k: ScenarioConsts, p: CostParams, batch, m, pp, Ls, pace_at, xp) -> HeteroShares:
+    """Work shares between buildings of different speeds (``k.speed_types``: speed s_j >= 1 over
+    the slowest GPU, share w_j of the GPUs). ``pace_at(s, x=1)``: the bottleneck rank's time per
+    micro-batch when its compute runs s times faster than the slowest GPU's and its exchanges and
+    FSDP gathers take x times as long (pipeline sends unchanged; ``pace_at(1)`` is the even
+    split's pace).
+
+    - dp_out (whole replicas per building): a replica on type j takes T_j = pace_at(s_j) per
+      micro-batch. The M = m dp micro-batches are shared so that every replica finishes together:
+      continuous t = M / sum_j(dp w_j / T_j). In whole micro-batches each replica of type j takes
+      ceil(t / T_j) of them and finishes at max_j ceil(t / T_j) T_j; the even split (m each,
+      m T_1) is kept where it is faster. Every per-micro-batch time of the bottleneck replica is
+      scaled by t / (m T_1): it stands for the replica that finishes last.
+    - pp_out (pp / B stages per building, equal buildings): a stage on type j holds
+      L_j = ceil(L s_j / S) layers, S = pp sum_j(w_j s_j), so compute per stage is balanced:
+      compute factor max_j(L_j / s_j) / Ls; the fastest stages hold the most layers, so the
+      per-layer exchanges, FSDP gathers and layer-held memory scale by max_j(L_j) / Ls. Kept only
+      where the stage's pace beats the even split's. (Megatron-Core takes an uneven split as a
+      pipeline layout; torchtitan as manual split points.)
+    With ``p.integer_shares`` = 0 (the search's lower bound) shares are continuous and the
+    exchanges keep factor 1: never above the whole-share time, and monotone in every time."""
+    if not k.speed_types:
+        return HeteroShares(1.0, 1.0, 1.0)
+    by = batch.get("hetero_split", HeteroSplit.EVEN) == HeteroSplit.BY_SPEED
+    pl = batch["placement"]
+    integer = p.integer_shares > 0
+    T_1 = pace_at(1.0)
+    T_j = [pace_at(s) for s, _ in k.speed_types]
+    rate = sum(w / t for t, (_, w) in zip(T_j, k.speed_types))     # per replica: dp cancels
+    t = m / rate
+    mb_j = [xp.ceil(t / tj - 1e-9) for tj in T_j]
+    if integer:
+        t_up = None
+        for n, tj in zip(mb_j, T_j):
+            t_up = n * tj if t_up is None else xp.maximum(t_up, n * tj)
+        t = xp.minimum(t_up, m * T_1)
+    g_dp = t / (m * T_1)
+    S = pp * sum(s * w for s, w in k.speed_types)
+    L_j = [xp.ceil(k.L * s / S - 1e-9) for s, _ in k.speed_types]
+    if integer:
+        g_c = g_x = None
+        for lj, (s, _) in zip(L_j, k.speed_types):
+            g_c = lj / s if g_c is None else xp.maximum(g_c, lj / s)
+            g_x = lj if g_x is None else xp.maximum(g_x, lj)
+        g_c, g_x = g_c / Ls, g_x / Ls
+        use_pp = by & (pl == P_PP_OUT) & (pace_at(1.0 / g_c, g_x) < T_1)
+    else:
+        g_c, g_x = k.L / (S * Ls), 1.0
+        use_pp = by & (pl == P_PP_OUT)
+    use_dp = by & (pl == P_DP_OUT) & (g_dp < 1.0)
+    plan = tuple(xp.where(use_dp, n, xp.where(use_pp, lj, 0.0)) for n, lj in zip(mb_j, L_j))
+    return HeteroShares(xp.where(use_dp, g_dp, xp.where(use_pp, g_c, 1.0)),
+                        xp.where(use_dp, g_dp, xp.where(use_pp, g_x, 1.0)),
+                        xp.where(use_pp, g_x, 1.0), plan)

@@ -62,6 +62,14 @@ class PPSchedule(Code):
         return cls.ONE_F_ONE_B if label == "1f1b" else cls[label.upper()]
 
 
+class HeteroSplit(Code):
+    """How work is shared between buildings of different GPU speeds: even (every rank at the
+    slowest GPU's pace) or by_speed (DP replicas take micro-batches, pipeline stages take layers,
+    in proportion to their building's speed)."""
+    EVEN = 0
+    BY_SPEED = 1
+
+
 class Recompute(Code):
     NONE = 0
     SELECTIVE = 1

@@ -9,7 +9,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .codes import Collective, DPFlavour, LoadBalancing, LossRecovery, Placement, PPSchedule, Protocol, Recompute
+from .codes import (Collective, DPFlavour, HeteroSplit, LoadBalancing, LossRecovery, Placement, PPSchedule, Protocol,
+                    Recompute)
 
 PLACEMENTS = Placement.labels()
 """Which parallel dimension spans buildings. hybrid = buildings split over both dp and pp."""
@@ -29,11 +30,14 @@ ring or tree by size), NCCL ring, NCCL tree (all-reduce; all-gather / reduce-sca
 and hierarchical as frameworks build it (HSDP, NCCLX-style: inside, across, inside)."""
 PROTOCOLS = Protocol.labels()
 """NCCL_PROTO: auto = NCCL's tuner picks per collective by size."""
+HETERO_SPLITS = HeteroSplit.labels()
+"""Work shares between buildings of different GPU speeds (``HeteroSplit``)."""
 
 CATEGORICAL = {
     "placement": PLACEMENTS, "dp_flavour": DP_FLAVOURS, "pp_schedule": PP_SCHEDULES,
     "recompute": RECOMPUTE, "xb_load_balancing": LOAD_BALANCING,
     "xb_loss_recovery": LOSS_RECOVERY, "collective": COLLECTIVES, "nccl_protocol": PROTOCOLS,
+    "hetero_split": HETERO_SPLITS,
 }
 INTEGER = ("tp", "cp", "ep", "pp", "dp", "pp_chunks", "micro_batch", "overlap_dp", "xb_queue_pairs",
            "nccl_channels", "nccl_buffer_mib", "dp_bucket_mib")
@@ -75,6 +79,11 @@ class Config(BaseModel):
     dp_bucket_mib: int = Field(default=0, ge=0, le=1 << 20, description="gradient bucket (MiB): one "
                                "collective per bucket; 0 = the framework default, Megatron's 40M parameters "
                                "(80 MiB of bf16 gradients; PyTorch DDP uses 25 MB)")
+
+    hetero_split: Literal[HETERO_SPLITS] = Field(default="even", description="work shares between buildings "
+                                                 "of different GPU speeds: even, or by_speed (DP micro-batches or "
+                                                 "pipeline layers in proportion to each building's speed; dp_out "
+                                                 "and pp_out only)")
 
     @property
     def n_gpus(self) -> int:

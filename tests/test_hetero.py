@@ -1,0 +1,134 @@
+"""Buildings of different GPU speeds sharing work by speed (``hetero_split``, terms.hetero_shares)."""
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from autotune.costmodel import evaluate, evaluate_batch
+from autotune.costmodel.bounds import bound_params, transport_free
+from autotune.errors import UserInputError
+from autotune.space import SearchSpace, config_at
+from autotune.specs import build_scenario
+from autotune.specs.codes import HeteroSplit, Placement
+from autotune.specs.config import Config
+from autotune.strategies.exhaustive import exhaustive_search
+
+A100_OUT = ["cluster.buildings.3.gpu=a100-80gb", "cluster.buildings.4.gpu=a100-80gb"]
+
+
+@pytest.fixture(scope="module")
+def mixed():
+    return build_scenario("llama3-405b", "campus-5bldg", overrides=A100_OUT)
+
+
+def without_slow_buildings(scen, keep: int):
+    """The first ``keep`` buildings alone, at the same global batch (the default one is rounded
+    per building count)."""
+    c = scen.cluster
+    return scen.model_copy(update={"cluster": c.model_copy(update={"buildings": c.buildings[:keep]}),
+                                   "workload": scen.workload.model_copy(update={"global_batch_seqs": scen.global_batch_seqs})})
+
+
+def test_the_knob_exists_only_where_buildings_differ(mixed):
+    assert SearchSpace(mixed).hetero_values == (HeteroSplit.EVEN, HeteroSplit.BY_SPEED)
+    uniform = build_scenario("llama3-405b", "campus-5bldg")
+    assert SearchSpace(uniform).hetero_values == (HeteroSplit.EVEN,)
+    cfg = Config(tp=8, pp=16, dp=80, placement="dp_out", hetero_split="by_speed", micro_batch=1)
+    with pytest.raises(UserInputError, match="hetero_split"):
+        evaluate(uniform, cfg)
+    two = build_scenario("llama3-70b", "metro-2bldg", overrides=["cluster.buildings.1.gpu=a100-80gb"])
+    cp_out = Config(tp=8, cp=2, pp=4, dp=128, placement="cp_out", micro_batch=1)
+    evaluate(two, cp_out)
+    with pytest.raises(UserInputError, match="hetero_split"):     # cp spread over buildings: not dp_out / pp_out
+        evaluate(two, cp_out.model_copy(update={"hetero_split": "by_speed"}))
+
+
+@settings(max_examples=15, deadline=None)
+@given(seed=st.integers(0, 2**31))
+def test_by_speed_is_never_slower_than_even(mixed, seed):
+    """The even split is one of the shares by_speed may take, so the pipeline never loses (the
+    step-end DP exposure, which a faster last backward hides less of, may grow). Shares of
+    micro-batches leave memory as it is."""
+    space = SearchSpace(mixed)
+    b = space.sample(3000, seed=seed)
+    b = {k: v[b["hetero_split"] == HeteroSplit.BY_SPEED] for k, v in b.items()}
+    even = dict(b, hetero_split=np.full_like(b["hetero_split"], HeteroSplit.EVEN))
+    fast, slow = evaluate_batch(mixed, b), evaluate_batch(mixed, even)
+    # the step-end DP exposure may grow: a faster last backward hides less of it
+    assert (fast["iteration_time_s"] - fast["dp_exposed_s"]
+            <= (slow["iteration_time_s"] - slow["dp_exposed_s"]) * (1 + 1e-12)).all()
+    dp_out = b["placement"] == Placement.DP_OUT
+    assert np.array_equal(fast["memory_per_gpu_bytes"][dp_out], slow["memory_per_gpu_bytes"][dp_out])
+    # the breakdown still adds up to the iteration time
+    from autotune.costmodel.iteration import BREAKDOWN_KEYS
+    total = sum(fast[k] for k in BREAKDOWN_KEYS)
+    assert np.allclose(total, fast["iteration_time_s"], rtol=1e-9)
+
+
+def test_dp_shares_follow_speed(mixed):
+    """dp_out by speed: about the continuous share's time, sum_j(w_j s_j) times faster in compute
+    than the even split when compute dominates (H100 about 3x the A100 here)."""
+    cfg = Config(tp=8, pp=16, dp=80, placement="dp_out", dp_flavour="zero1", micro_batch=1, recompute="selective")
+    even = evaluate(mixed, cfg)
+    by = evaluate(mixed, cfg.model_copy(update={"hetero_split": "by_speed"}))
+    from autotune.costmodel.params import default_params
+    from autotune.costmodel.scenario_consts import scenario_consts
+    types = scenario_consts(mixed, default_params()).speed_types
+    mean_speed = sum(s * w for s, w in types)
+    ratio = even.breakdown["compute_s"] / by.breakdown["compute_s"]
+    assert 1.0 < ratio <= mean_speed * (1 + 1e-9)
+    assert ratio > 0.8 * mean_speed              # whole micro-batches lose a little, not most
+
+
+@settings(max_examples=10, deadline=None)
+@given(seed=st.integers(0, 2**31))
+def test_the_search_bound_stays_admissible_on_mixed_buildings(mixed, seed):
+    b = SearchSpace(mixed).sample(3000, seed=seed)
+    real = evaluate_batch(mixed, b)["iteration_time_s"]
+    lb = evaluate_batch(transport_free(mixed), b, bound_params(None))["iteration_time_s"]
+    assert (lb <= real * (1 + 1e-12)).all()
+
+
+def test_exact_search_on_mixed_buildings_equals_brute_force():
+    scen = build_scenario("llama3-8b", "metro-2bldg", gpus=256, overrides=["cluster.buildings.1.gpu=a100-80gb"])
+    space = SearchSpace(scen, cp_values=(1, 2), micro_batches=(1, 2))
+    best_t, best_cfg = np.inf, None
+    for b in space.enumerate(1 << 17):
+        out = evaluate_batch(scen, b, check=False)
+        t = np.where(out["feasible"], out["iteration_time_s"], np.inf)
+        i = int(np.argmin(t))
+        if t[i] < best_t:
+            best_t, best_cfg = float(t[i]), config_at(b, i)
+    res = exhaustive_search(space)
+    assert res.best_iteration_time_s == best_t and res.best_config == best_cfg
+    assert best_cfg.hetero_split == "by_speed"
+
+
+def test_every_building_beats_leaving_the_slow_ones_out(mixed):
+    """Issue 16's mixed-hardware figure: three H100 and two A100 buildings. Even shares run every
+    rank at the A100's pace and lose to the three H100 buildings alone; shares by speed win."""
+    best_all = exhaustive_search(SearchSpace(mixed))
+    even_only = exhaustive_search(SearchSpace(mixed, hetero=("even",)))
+    three = exhaustive_search(SearchSpace(without_slow_buildings(mixed, 3)))
+    assert even_only.best_iteration_time_s > three.best_iteration_time_s
+    assert best_all.best_iteration_time_s < three.best_iteration_time_s
+    assert best_all.best_config.hetero_split == "by_speed"
+
+
+def test_search_compares_every_building_with_the_fastest_alone():
+    """``search`` on mixed GPUs also solves the fastest buildings alone (same global batch) and
+    says which is faster; on one GPU type it does not."""
+    import json
+
+    from tests.test_hardening import run
+    base = ["search", "--model", "llama3-8b", "--cluster", "metro-2bldg", "--gpus", "128", "--json"]
+    code, out, err = run(base + ["--set", "cluster.buildings.1.gpu=a100-80gb"])
+    assert code == 0, err
+    d = json.loads(out)
+    alone = d["fastest_buildings_only"]
+    assert alone["buildings"] == 1 and alone["gpus"] == 64
+    assert alone["every_building_gain_pct"] == pytest.approx(100 * (alone["iteration_time_s"] / d["best"]["iteration_time_s"] - 1))
+    code, out, err = run(base)
+    assert code == 0 and "fastest_buildings_only" not in json.loads(out)
+    code, out, err = run(base[:-1] + ["--set", "cluster.buildings.1.gpu=a100-80gb"])
+    assert "fastest buildings alone (1 buildings, 64 GPUs, same global batch)" in out
