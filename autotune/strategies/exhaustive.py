@@ -5,7 +5,6 @@ from __future__ import annotations
 import itertools
 import multiprocessing as mp
 import os
-import sys
 import time
 from dataclasses import dataclass, field
 
@@ -47,31 +46,31 @@ class ExhaustiveResult:
 
 
 _JOB: dict = {}
-"""What forked workers read: set just before the pool forks, so children inherit it without
-pickling (the legal core of a large space is hundreds of MB)."""
-PARALLEL_MIN_LEGAL = 1 << 24
-"""Legal configurations below which one process searches (a fork and its warm-up cost more than
-they save on a search of a second or less)."""
+"""A worker's copy of the search's job (``search_job``), set once by the pool's initializer."""
+PARALLEL_MIN_LEGAL = 1 << 26
+"""Legal configurations below which one process searches: starting workers (a fresh interpreter
+each, about 1 s with numpy and the cost model imported) costs more than it saves on a search of a
+few seconds."""
 
 
 def default_workers(legal_count: int) -> int:
-    """All cores for a large space where fork is safe (Linux); one process otherwise."""
-    if legal_count < PARALLEL_MIN_LEGAL or sys.platform != "linux" or "fork" not in mp.get_all_start_methods():
-        return 1
-    return os.cpu_count() or 1
+    """All cores for a space of PARALLEL_MIN_LEGAL configurations or more; one process otherwise."""
+    return 1 if legal_count < PARALLEL_MIN_LEGAL else (os.cpu_count() or 1)
+
+
+def _init_worker(job: dict) -> None:
+    _JOB.clear()
+    _JOB.update(job)
 
 
 def _pool(workers: int, job: dict):
-    """A fork pool whose workers see ``job`` as ``_JOB`` (None for one worker: the caller runs
-    in-process with ``job`` itself)."""
+    """A pool of fresh ("spawn") workers, each holding ``job`` as ``_JOB`` (sent once per worker);
+    None for one worker: the caller runs in-process with ``job`` itself. Not fork: a forked child
+    of a process with threads (an allocator's background thread, a progress bar's monitor) can
+    deadlock on a lock held at the fork, which a test run here did."""
     if workers <= 1:
         return None
-    _JOB.clear()
-    _JOB.update(job)
-    try:
-        return mp.get_context("fork").Pool(workers)
-    finally:
-        _JOB.clear()                         # the children have their copy; the parent keeps none
+    return mp.get_context("spawn").Pool(workers, initializer=_init_worker, initargs=(job,))
 
 
 def search_job(scen, core: dict, params: CostParams | None, transport: dict | None = None) -> dict:
@@ -140,7 +139,7 @@ def exhaustive_search(space: SearchSpace, params: CostParams | None = None, chun
     brute-force scan does. ``progress`` receives the rows evaluated or proved out. ``top_k``: the
     K fastest are kept (ties by enumeration order) and the bound is tested against the K-th, so
     the top K are exact too. ``workers``: processes (default ``default_workers``: all cores on
-    a large space). They evaluate chunks in waves; each wave is pruned by the K-th best time known
+    a space of 67M configurations or more). They evaluate chunks in waves; each wave is pruned by the K-th best time known
     when it starts, so the result is the same as with one process (a stale bound prunes less,
     never wrongly).
     """
