@@ -111,7 +111,11 @@ def start_params(scenario: Scenario) -> dict:
             "xb_latency": max(c.cross_building.latency_s if c.cross_building else 1e-5, 1e-6), "xb_rate_fraction": 0.8}
 
 
-def fit(scenario: Scenario, rows: list, start: dict) -> dict:
+def fit(scenario: Scenario, rows: list, start: dict, prior_weight: float = 0.0) -> dict:
+    """The FITTED parameters that best explain ``rows`` (least squares on log time, log-parameters).
+    ``prior_weight`` > 0 adds a ridge towards ``start`` in log space (one residual per parameter:
+    weight x log(value / start)), so a handful of runs moves only the parameters they inform
+    (``strategies.guided`` refits after every small batch)."""
     from scipy.optimize import least_squares
     names = list(FITTED)
     x0 = np.log([start[n] for n in names])
@@ -123,7 +127,8 @@ def fit(scenario: Scenario, rows: list, start: dict) -> dict:
     def resid(x):
         p = dict(zip(names, np.exp(x)))
         t = predict(scenario, p, rows)
-        return np.log(np.maximum(t, 1e-12)) - y
+        r = np.log(np.maximum(t, 1e-12)) - y
+        return np.concatenate([r, prior_weight * (x - x0)]) if prior_weight > 0 else r
     sol = least_squares(resid, np.clip(x0, lo, hi), bounds=(lo, hi), x_scale="jac", max_nfev=400)
     return dict(zip(names, map(float, np.exp(sol.x))))
 

@@ -341,15 +341,18 @@ def _objectives(text):
 
 @cli.command()
 @scenario_options
-@click.option("--strategy", default="tpe", help="tpe, cmaes, gp, nsga2, random, exhaustive, ppo, production, sota")
+@click.option("--strategy", default="tpe",
+              help="tpe, cmaes, gp, nsga2, random, exhaustive, guided, ppo, production, sota")
+@click.option("--strategy-option", "strategy_options", multiple=True, metavar="KEY=VALUE",
+              help="a strategy's option (guided: batch, pool, prior_weight, stop_within)")
 @click.option("--seed", type=STRICT_INT, default=0)
 @click.option("--out", "out_dir", default=None,
               help="folder for the launch files of the best configuration and the top 10 (as `search --out`; the "
                    "breakdowns are the cost model's, the rank and measured_s the backend's)")
 @params_option
 @_study_options
-def study(strategy, seed, out_dir, params_file, trials, until, storage, study_name, tracking_uri, backend, backend_options, trial_timeout,
-          no_tracking, experiment, objectives, infeasible, as_json, **kw):
+def study(strategy, strategy_options, seed, out_dir, params_file, trials, until, storage, study_name, tracking_uri, backend,
+          backend_options, trial_timeout, no_tracking, experiment, objectives, infeasible, as_json, **kw):
     """Run or resume a tuning study; every trial goes to the storage and to MLflow.
 
     A resume (an existing --study-name) uses the study's stored options for those it is not
@@ -369,7 +372,8 @@ def study(strategy, seed, out_dir, params_file, trials, until, storage, study_na
                          backend_options=backend_options or None, trial_timeout_s=trial_timeout,
                          track=not no_tracking, progress=not as_json and sys.stderr.isatty(), experiment=experiment,
                          infeasible=infeasible if _given("infeasible") else None,
-                         objectives=_objectives(objectives) if _given("objectives") else None)
+                         objectives=_objectives(objectives) if _given("objectives") else None,
+                         strategy_options=_backend_options(strategy_options, "--strategy-option") or None)
     if out_dir is not None:
         from .launch import check_out_dir
         check_out_dir(out_dir)
@@ -394,12 +398,12 @@ def study(strategy, seed, out_dir, params_file, trials, until, storage, study_na
     _emit(data, as_json, human)
 
 
-def _backend_options(items) -> dict:
+def _backend_options(items, option: str = "--backend-option") -> dict:
     out = {}
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
-            raise UserInputError("--backend-option", item, "key=value")
+            raise UserInputError(option, item, "key=value")
         out[key.strip()] = value
     return out
 

@@ -64,7 +64,7 @@ def hetero_notes(scenario, cfg: Config, params=None) -> list[str]:
         return []
     from .costmodel.iteration import _scalar_row, iteration_formulas
     from .costmodel.params import default_params
-    from .costmodel.scenario_consts import scenario_consts
+    from .costmodel.terms import speed_types
     from .costmodel.xp import SCALAR
     p = params or default_params()
     plan = iteration_formulas(scenario, _scalar_row(cfg), p, SCALAR)["_hetero_plan"]
@@ -73,7 +73,7 @@ def hetero_notes(scenario, cfg: Config, params=None) -> list[str]:
     gpus = {}
     for b in scenario.cluster.buildings:
         gpus.setdefault(b.gpu, []).append(b.name if getattr(b, "name", None) else b.gpu.name)
-    types = scenario_consts(scenario, p).speed_types
+    types = speed_types(scenario, p)
     what = "micro-batches per step on each DP replica" if cfg.placement == "dp_out" else "layers on each pipeline stage"
     parts = [f"{gpu.name} ({sp:.2f}x the slowest): {int(n)}" for (gpu, _), (sp, _), n in zip(gpus.items(), types, plan)]
     return [f"hetero_split=by_speed: {what}: " + "; ".join(parts) + " (set by hand: no framework flag)"]

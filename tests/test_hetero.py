@@ -72,8 +72,8 @@ def test_dp_shares_follow_speed(mixed):
     even = evaluate(mixed, cfg)
     by = evaluate(mixed, cfg.model_copy(update={"hetero_split": "by_speed"}))
     from autotune.costmodel.params import default_params
-    from autotune.costmodel.scenario_consts import scenario_consts
-    types = scenario_consts(mixed, default_params()).speed_types
+    from autotune.costmodel.terms import speed_types
+    types = speed_types(mixed, default_params())
     mean_speed = sum(s * w for s, w in types)
     ratio = even.breakdown["compute_s"] / by.breakdown["compute_s"]
     assert 1.0 < ratio <= mean_speed * (1 + 1e-9)

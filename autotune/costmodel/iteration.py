@@ -20,7 +20,7 @@ from .pipeline import (S_1F1B, S_DUALPIPEV, S_GPIPE, S_INTERLEAVED, S_ZBV, bubbl
                        in_flight_microbatches)
 from .terms import (F_DDP, F_FSDP, F_HSDP, F_ZERO1, P_CP_OUT, P_DP_OUT, P_EP_OUT, P_HYBRID,  # noqa: F401
                     P_PP_OUT, ComputeTerms, Transport, compute_terms, dp_comm_groups, hetero_shares, layout,
-                    sum_groups)
+                    speed_types, sum_groups)
 from .scenario_consts import (FSDP_EVERY_PASS, FSDP_FORWARD, FSDP_NEVER, members_per_node, scenario_consts,
                               tier_of_span)
 from .tiers import accounting
@@ -255,13 +255,14 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
         tb_p = xp.where(overlap, xp.maximum(tb, gb), tb + gb)
         return tf_p, tb_p, tf_p + tb_p + tw
 
-    if k.speed_types:
+    types = speed_types(scenario, p)
+    if types:
         # buildings of different speeds share the work by speed (terms.hetero_shares): the pace
         # of a rank whose compute is sp times faster and whose exchanges and gathers scale by x
         def pace_at(sp, x=1.0):
             return xp.maximum(pace(t_f_comp / sp + x * (t_f - t_f_comp), t_b_comp / sp + x * (t_b - t_b_comp),
                                    t_w_comp / sp, x * gather_f_mb, x * gather_b_mb)[2], p2p_bw_bound)
-        hs = hetero_shares(k, p, batch, m, pp, Ls, pace_at, xp)
+        hs = hetero_shares(types, k.L, p, batch, m, pp, Ls, pace_at, xp)
         t_f_comp, t_b_comp, t_w_comp = hs.compute * t_f_comp, hs.compute * t_b_comp, hs.compute * t_w_comp
         tp_f, tp_b, cp_f, cp_b, ep_f, ep_b = (hs.comm * x for x in (tp_f, tp_b, cp_f, cp_b, ep_f, ep_b))
         gather_f_mb, gather_b_mb = hs.comm * gather_f_mb, hs.comm * gather_b_mb

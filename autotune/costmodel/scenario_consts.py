@@ -2,7 +2,7 @@
 array arithmetic over configurations)."""
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -43,8 +43,6 @@ class ScenarioConsts:
     wire_bytes: float            # bytes per element of activations, gathered weights, reduced gradients
     weight_bytes: float; grad_bytes: float; optimizer_bytes: float   # resident, per parameter
     fsdp_regather: int           # FSDP_EVERY_PASS, FSDP_FORWARD or FSDP_NEVER
-    speed_types: tuple = ()      # ((speed relative to the slowest, share of the GPUs), ...) per distinct
-                                 # GPU; () on a cluster of one GPU type (``building_speeds``)
 
 
 FSDP_EVERY_PASS, FSDP_FORWARD, FSDP_NEVER = range(3)
@@ -93,31 +91,6 @@ def scenario_consts(scenario: Scenario, params: CostParams) -> ScenarioConsts:
     k = _compute_consts(scenario, params)
     cache[key] = (scenario, k)
     return k
-
-
-def building_speeds(scenario: Scenario, params: CostParams, k: "ScenarioConsts") -> tuple:
-    """((speed, GPU share), ...) for each distinct GPU of a mixed cluster, else (). A GPU's speed is
-    the model's own forward time of one reference layer (one sequence, no TP/CP/EP: every GEMM,
-    the attention core and the element-wise passes at their shapes, ``terms.compute_terms``) at the
-    slowest pace ``k`` charges, over the same layer on a cluster of that GPU alone (>= 1)."""
-    from .terms import compute_terms
-    c = scenario.cluster
-    if len({b.gpu for b in c.buildings}) < 2:
-        return ()
-
-    def layer_s(kk) -> float:
-        t = compute_terms(kk, params, 1.0, 1.0, 1.0, 1.0, SCALAR)
-        return float(t.attn_lin + t.core + t.elem + (1 - kk.moe_frac) * t.mlp_dense
-                     + kk.moe_frac * (t.moe_lin + t.moe_permute))
-    slow_s = layer_s(k)
-    out: dict = {}
-    for b in c.buildings:
-        if b.gpu not in out:
-            alone = scenario.model_copy(update={"cluster": c.model_copy(update={
-                "buildings": tuple(x.model_copy(update={"gpu": b.gpu}) for x in c.buildings)})})
-            out[b.gpu] = [max(1.0, slow_s / layer_s(_compute_consts(alone, params))), 0.0]
-        out[b.gpu][1] += b.gpus / c.n_gpus
-    return tuple((sp, share) for sp, share in out.values())
 
 
 def _compute_consts(scenario: Scenario, params: CostParams) -> ScenarioConsts:
@@ -177,8 +150,7 @@ def _compute_consts(scenario: Scenario, params: CostParams) -> ScenarioConsts:
         **dict(zip(("wire_bytes", "weight_bytes", "grad_bytes", "optimizer_bytes"), precision_bytes(scenario.precision))),
         fsdp_regather=_REGATHER[scenario.workload.fsdp_regather],
     )
-    speeds = building_speeds(scenario, params, k)
-    return replace(k, speed_types=speeds) if speeds else k
+    return k
 
 
 def framework_efficiency(params: CostParams, framework: str) -> float:

@@ -18,6 +18,7 @@ from .collectives import KIND_AG, KIND_AR, collective
 from .network import effective_bandwidth_Bps, recovery_stall
 from .params import CostParams
 from .scenario_consts import ScenarioConsts, ring_tier_of_span
+from .xp import SCALAR
 
 P_DP_OUT, P_PP_OUT, P_HYBRID, P_EP_OUT, P_CP_OUT = Placement   # codes: specs/codes.py
 F_DDP, F_ZERO1, F_FSDP, F_HSDP = DPFlavour   # codes: specs/codes.py
@@ -236,6 +237,44 @@ def sum_groups(parts: tuple) -> DPComm:
     return out
 
 
+_SPEEDS: dict = {}
+
+
+def speed_types(scenario, p: CostParams) -> tuple:
+    """((speed, GPU share), ...) for each distinct GPU of a mixed cluster, in the order the
+    buildings name them; () on one GPU type. A GPU's speed is the model's own forward time of one
+    reference layer (one sequence, no TP/CP/EP: every GEMM, the attention core and the
+    element-wise passes at their shapes, ``compute_terms``) at the slowest pace the scenario's
+    constants charge, over the same layer on a cluster of that GPU alone (>= 1). Cached per
+    scenario object and parameters."""
+    from .scenario_consts import _compute_consts, scenario_consts
+    c = scenario.cluster
+    if len({b.gpu for b in c.buildings}) < 2:
+        return ()
+    key = (id(scenario), p)
+    hit = _SPEEDS.get(key)
+    if hit is not None and hit[0] is scenario:
+        return hit[1]
+
+    def layer_s(kk) -> float:
+        t = compute_terms(kk, p, 1.0, 1.0, 1.0, 1.0, SCALAR)
+        return float(t.attn_lin + t.core + t.elem + (1 - kk.moe_frac) * t.mlp_dense
+                     + kk.moe_frac * (t.moe_lin + t.moe_permute))
+    slow_s = layer_s(scenario_consts(scenario, p))
+    out: dict = {}
+    for b in c.buildings:
+        if b.gpu not in out:
+            alone = scenario.model_copy(update={"cluster": c.model_copy(update={
+                "buildings": tuple(x.model_copy(update={"gpu": b.gpu}) for x in c.buildings)})})
+            out[b.gpu] = [max(1.0, slow_s / layer_s(_compute_consts(alone, p))), 0.0]
+        out[b.gpu][1] += b.gpus / c.n_gpus
+    types = tuple((sp, share) for sp, share in out.values())
+    if len(_SPEEDS) > 32:
+        _SPEEDS.clear()
+    _SPEEDS[key] = (scenario, types)
+    return types
+
+
 class HeteroShares(NamedTuple):
     """Factors on the bottleneck rank's per-micro-batch times and layer-held memory under
     ``hetero_split`` (1 where the split is even or the cluster has one GPU type)."""
@@ -246,9 +285,9 @@ class HeteroShares(NamedTuple):
                       # layers per stage (pp_out) under by_speed; () where even
 
 
-def hetero_shares(k: ScenarioConsts, p: CostParams, batch, m, pp, Ls, pace_at, xp) -> HeteroShares:
-    """Work shares between buildings of different speeds (``k.speed_types``: speed s_j >= 1 over
-    the slowest GPU, share w_j of the GPUs). ``pace_at(s, x=1)``: the bottleneck rank's time per
+def hetero_shares(types: tuple, L, p: CostParams, batch, m, pp, Ls, pace_at, xp) -> HeteroShares:
+    """Work shares between buildings of different speeds (``types``, from ``speed_types``: speed
+    s_j >= 1 over the slowest GPU, share w_j of the GPUs; L layers). ``pace_at(s, x=1)``: the bottleneck rank's time per
     micro-batch when its compute runs s times faster than the slowest GPU's and its exchanges and
     FSDP gathers take x times as long (pipeline sends unchanged; ``pace_at(1)`` is the even
     split's pace).
@@ -267,14 +306,14 @@ def hetero_shares(k: ScenarioConsts, p: CostParams, batch, m, pp, Ls, pace_at, x
       pipeline layout; torchtitan as manual split points.)
     With ``p.integer_shares`` = 0 (the search's lower bound) shares are continuous and the
     exchanges keep factor 1: never above the whole-share time, and monotone in every time."""
-    if not k.speed_types:
+    if not types:
         return HeteroShares(1.0, 1.0, 1.0)
     by = batch.get("hetero_split", HeteroSplit.EVEN) == HeteroSplit.BY_SPEED
     pl = batch["placement"]
     integer = p.integer_shares > 0
     T_1 = pace_at(1.0)
-    T_j = [pace_at(s) for s, _ in k.speed_types]
-    rate = sum(w / t for t, (_, w) in zip(T_j, k.speed_types))     # per replica: dp cancels
+    T_j = [pace_at(s) for s, _ in types]
+    rate = sum(w / t for t, (_, w) in zip(T_j, types))     # per replica: dp cancels
     t = m / rate
     mb_j = [xp.ceil(t / tj - 1e-9) for tj in T_j]
     if integer:
@@ -283,17 +322,17 @@ def hetero_shares(k: ScenarioConsts, p: CostParams, batch, m, pp, Ls, pace_at, x
             t_up = n * tj if t_up is None else xp.maximum(t_up, n * tj)
         t = xp.minimum(t_up, m * T_1)
     g_dp = t / (m * T_1)
-    S = pp * sum(s * w for s, w in k.speed_types)
-    L_j = [xp.ceil(k.L * s / S - 1e-9) for s, _ in k.speed_types]
+    S = pp * sum(s * w for s, w in types)
+    L_j = [xp.ceil(L * s / S - 1e-9) for s, _ in types]
     if integer:
         g_c = g_x = None
-        for lj, (s, _) in zip(L_j, k.speed_types):
+        for lj, (s, _) in zip(L_j, types):
             g_c = lj / s if g_c is None else xp.maximum(g_c, lj / s)
             g_x = lj if g_x is None else xp.maximum(g_x, lj)
         g_c, g_x = g_c / Ls, g_x / Ls
         use_pp = by & (pl == P_PP_OUT) & (pace_at(1.0 / g_c, g_x) < T_1)
     else:
-        g_c, g_x = k.L / (S * Ls), 1.0
+        g_c, g_x = L / (S * Ls), 1.0
         use_pp = by & (pl == P_PP_OUT)
     use_dp = by & (pl == P_DP_OUT) & (g_dp < 1.0)
     plan = tuple(xp.where(use_dp, n, xp.where(use_pp, lj, 0.0)) for n, lj in zip(mb_j, L_j))

@@ -6,10 +6,28 @@ from .optuna_samplers import OptunaStrategy
 from .simple import ExhaustiveStrategy, FixedStrategy, RandomStrategy
 
 OPTUNA = ("tpe", "cmaes", "gp", "nsga2")
-NAMES = ("random", "exhaustive", "production", "sota", "ppo") + OPTUNA
+NAMES = ("random", "exhaustive", "guided", "production", "sota", "ppo") + OPTUNA
 
 
 def make_strategy(name: str, **options):
+    """The strategy ``name`` with ``options``; an option it does not take is a one-line error
+    naming the ones it does."""
+    try:
+        return _make(name, **options)
+    except TypeError as e:
+        if "unexpected keyword argument" not in str(e):
+            raise
+        import inspect
+        cls = {"guided": "autotune.strategies.guided.GuidedStrategy"}.get(name)
+        takes = "none"
+        if cls:
+            import importlib
+            mod, _, attr = cls.rpartition(".")
+            takes = ", ".join(p for p in inspect.signature(getattr(importlib.import_module(mod), attr)).parameters)
+        raise UserInputError("--strategy-option", ", ".join(sorted(options)), f"options of {name}: {takes}") from None
+
+
+def _make(name: str, **options):
     from ..extras import require
     if name == "gp":                 # Optuna's GPSampler runs on torch and scipy
         require("gp", "--strategy", name)
@@ -21,6 +39,9 @@ def make_strategy(name: str, **options):
         return RandomStrategy()
     if name == "exhaustive":
         return ExhaustiveStrategy()
+    if name == "guided":
+        from .guided import GuidedStrategy
+        return GuidedStrategy(**options)
     if name in ("production", "sota"):
         return FixedStrategy(name)
     if name == "ppo":
