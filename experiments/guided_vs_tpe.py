@@ -2,6 +2,7 @@
 
     python experiments/guided_vs_tpe.py                 # measure the table (about 10 s a run), then replay
     python experiments/guided_vs_tpe.py --replay-only   # replay the stored table
+    python experiments/guided_vs_tpe.py --remeasure-failed   # run the table's failed runs again, replay
 
 The reference workload (``--backend local-torch``: a Llama-style model trained for real with
 torch.distributed on CPU processes) runs as two emulated buildings of one rank each, their link
@@ -14,7 +15,8 @@ cannot run fails, as it would on the backend):
 - ``guided``: ``autotune.strategies.guided`` (rank by the cost model, measure a diverse batch,
   refit the calibration on what was measured, re-rank), batch 3 and batch 2;
 - ``model order``: the shipped model's ranking, measured best first, never refitted;
-- ``tpe``: Optuna's TPE over the study's flat encoding (the ``study`` command's), 10 seeds;
+- ``tpe``: Optuna's TPE over the study's flat encoding (the ``study`` command's), 10 seeds
+  (cold: no baselines first);
 - ``random``: uniform over the runnable configurations, 10 seeds.
 
 Reported: the number of real runs until the best measured time is within 5% of the table's best,
@@ -43,11 +45,12 @@ class Args:
     xb_mbit: float = 50.0        # the emulated link between the two buildings
     global_batch: int = 8
     seq_len: int = 64
-    runs: int = 12               # real runs each strategy gets in the replay
+    runs: int = 30               # real runs each strategy gets in the replay
     within_pct: float = 5.0      # "found": best measured within this of the table's best
     seeds: int = 10              # TPE and random
     min_measure_s: float = 2.0   # each run measures at least this long (as autotune calibrate)
     replay_only: bool = False
+    remeasure_failed: bool = False   # run again the table's failed runs (then replay)
     out: str = "experiments/results"
 
 
@@ -154,7 +157,19 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     path = out / "guided_table.json"
     scen, space = scenario_and_space(args)
-    table = json.loads(path.read_text()) if args.replay_only else measure_table(args, scen, space, path)
+    if args.replay_only or args.remeasure_failed:
+        table = json.loads(path.read_text())
+        if args.remeasure_failed:
+            backend = get_backend("local-torch", xb_rate_mbit=str(args.xb_mbit), min_measure_s=str(args.min_measure_s))
+            for r in table["rows"]:
+                if r["measured_s"] is None:
+                    m = backend.measure(scen, Config(**r["config"]))
+                    r.update(measured_s=None if m.failed else m.iteration_time_s, reason=m.reason if m.failed else None,
+                             remeasured=True, first_reason=r["reason"])
+                    print(f"  remeasured: {r['measured_s']} {m.reason or ''}"[:160], flush=True)
+            path.write_text(json.dumps(table, indent=1))
+    else:
+        table = measure_table(args, scen, space, path)
     times = {_key(r["config"]): r["measured_s"] for r in table["rows"]}
     ok = [t for t in times.values() if t is not None]
     best = min(ok)
@@ -174,12 +189,16 @@ def main() -> None:
     for name, cs in curves.items():
         hits = [runs_to_within(c, target) for c in cs]
         found = [h for h in hits if h is not None]
-        med = statistics.median(found) if len(found) == len(hits) else None
+        med = statistics.median([h if h is not None else float("inf") for h in hits])   # not found: never
         at = [statistics.median(c[min(i, len(c)) - 1] for c in cs) for i in (3, 6, args.runs)]
         summary["strategies"][name] = {"runs_to_found": hits, "curves": cs}
-        lines.append(f"| {name} | {med if med is not None else f'not in {args.runs} for {len(hits) - len(found)} of {len(hits)}'} "
+        lines.append(f"| {name} | {med if med != float('inf') else f'> {args.runs}'}"
+                     f"{f' ({len(hits) - len(found)} of {len(hits)} not in {args.runs})' if len(found) < len(hits) else ''} "
                      f"| {len(found)} of {len(hits)} | {at[0]:.4f} / {at[1]:.4f} / {at[2]:.4f} |")
-    lines += ["", f"`python experiments/guided_vs_tpe.py{' --replay-only' if args.replay_only else ''}`"]
+    again = sum(1 for r in table["rows"] if r.get("remeasured"))
+    lines += ["", f"`python experiments/guided_vs_tpe.py --replay-only --runs {args.runs}` (table measured in "
+              f"{table['measure_s'] / 60:.0f} min by `python experiments/guided_vs_tpe.py`"
+              + (f"; {again} failed runs measured again by `--remeasure-failed`" if again else "") + ")"]
     (out / "guided_vs_tpe.json").write_text(json.dumps(summary, indent=1))
     (out / "guided_vs_tpe.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
