@@ -54,8 +54,11 @@ few seconds."""
 
 
 def default_workers(legal_count: int) -> int:
-    """All cores for a space of PARALLEL_MIN_LEGAL configurations or more; one process otherwise."""
-    return 1 if legal_count < PARALLEL_MIN_LEGAL else (os.cpu_count() or 1)
+    """All cores for a space of PARALLEL_MIN_LEGAL configurations or more; one process otherwise,
+    and inside a worker process (a sweep's design points already run one per core)."""
+    if legal_count < PARALLEL_MIN_LEGAL or mp.parent_process() is not None:
+        return 1
+    return os.cpu_count() or 1
 
 
 def _init_worker(job: dict) -> None:
