@@ -251,3 +251,17 @@ def main_guard(fn):
     except UserInputError as e:
         print(f"error: {e}", file=sys.stderr)
         raise SystemExit(2) from None
+
+
+def dataclass_args(cls, doc: str):
+    """An experiment script's options from its ``Args`` dataclass (CleanRL style): one
+    ``--field-name`` per field, typed by its default; a bool is a flag."""
+    import argparse
+    from dataclasses import asdict
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    for k, v in asdict(cls()).items():
+        if isinstance(v, bool):
+            ap.add_argument(f"--{k.replace('_', '-')}", action="store_true")
+        else:
+            ap.add_argument(f"--{k.replace('_', '-')}", type=type(v), default=v)
+    return cls(**vars(ap.parse_args()))

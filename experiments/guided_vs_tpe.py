@@ -24,7 +24,6 @@ and the best measured time after each run. Writes experiments/results/guided_vs_
 """
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import time
@@ -38,6 +37,7 @@ from autotune.encoding import FlatEncoding
 from autotune.space import SearchSpace
 from autotune.specs import Config, build_scenario
 from autotune.strategies.guided import _key, next_batch
+from autotune.sweep import dataclass_args
 
 
 @dataclass
@@ -146,13 +146,7 @@ def runs_to_within(curve: list, target: float):
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    for k, v in asdict(Args()).items():
-        if isinstance(v, bool):
-            ap.add_argument(f"--{k.replace('_', '-')}", action="store_true")
-        else:
-            ap.add_argument(f"--{k.replace('_', '-')}", type=type(v), default=v)
-    args = Args(**vars(ap.parse_args()))
+    args = dataclass_args(Args, __doc__)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     path = out / "guided_table.json"

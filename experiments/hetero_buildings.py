@@ -18,7 +18,6 @@ experiments/results/hetero_buildings.{json,md}.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import time
 from dataclasses import asdict, dataclass
@@ -31,6 +30,7 @@ from autotune.errors import UserInputError
 from autotune.space import SearchSpace
 from autotune.specs import build_scenario
 from autotune.strategies.exhaustive import exhaustive_search
+from autotune.sweep import dataclass_args
 
 GPU_PAIRS = (("h100-sxm", "a100-80gb"), ("b200", "h100-sxm"), ("h200", "a100-80gb"))
 """(fast, slow) GPU pairs a site might mix: one generation apart."""
@@ -54,10 +54,7 @@ def best_time(scen, **space_opts):
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    for k, v in asdict(Args()).items():
-        ap.add_argument(f"--{k.replace('_', '-')}", type=type(v), default=v)
-    args = Args(**vars(ap.parse_args()))
+    args = dataclass_args(Args, __doc__)
     rng = np.random.default_rng(args.seed)
     rows = []
     t0 = time.perf_counter()

@@ -14,7 +14,6 @@ same draws. Writes experiments/results/robust_regret.{json,md}.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import time
 from dataclasses import asdict, dataclass
@@ -25,6 +24,7 @@ import numpy as np
 from autotune.envs.design_points import TIER, sample_scenario
 from autotune.robust import parse_ranges, robust_search
 from autotune.specs import build_scenario
+from autotune.sweep import dataclass_args
 
 
 @dataclass
@@ -41,10 +41,7 @@ class Args:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    for k, v in asdict(Args()).items():
-        ap.add_argument(f"--{k.replace('_', '-')}", type=type(v), default=v)
-    args = Args(**vars(ap.parse_args()))
+    args = dataclass_args(Args, __doc__)
     rng = np.random.default_rng(args.seed)
     rows = []
     for i in range(args.scenarios):

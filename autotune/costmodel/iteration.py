@@ -188,11 +188,12 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
     ep_f = Ls_moe * xp.maximum(0.0, 2 * t_a2a - hide * layer_f)
     ep_b = Ls_moe * xp.maximum(0.0, 2 * t_a2a - hide * 2 * layer_f)
 
-    t_f = t_f_comp + tp_f + cp_f + ep_f
-    t_b = t_b_comp + tp_b + cp_b + ep_b
-    t_w = t_w_comp
-    T_comp = t_f_comp + t_b_comp + t_w_comp
-    T_mb = t_f + t_b + t_w
+    def per_microbatch():
+        """(t_f, t_b, t_w, T_comp, T_mb): forward, backward and weight-gradient time of one
+        micro-batch with their exchanges, their compute alone, and their sum."""
+        f_, b_ = t_f_comp + tp_f + cp_f + ep_f, t_b_comp + tp_b + cp_b + ep_b
+        return f_, b_, t_w_comp, t_f_comp + t_b_comp + t_w_comp, f_ + b_ + t_w_comp
+    t_f, t_b, t_w, T_comp, T_mb = per_microbatch()
     # ---- data parallel groups (terms.dp_comm_groups) ----
     P_dense, P_exp = lay.P_dense, lay.P_exp
     n_d = dp * cp
@@ -266,11 +267,7 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
         t_f_comp, t_b_comp, t_w_comp = hs.compute * t_f_comp, hs.compute * t_b_comp, hs.compute * t_w_comp
         tp_f, tp_b, cp_f, cp_b, ep_f, ep_b = (hs.comm * x for x in (tp_f, tp_b, cp_f, cp_b, ep_f, ep_b))
         gather_f_mb, gather_b_mb = hs.comm * gather_f_mb, hs.comm * gather_b_mb
-        t_f = t_f_comp + tp_f + cp_f + ep_f
-        t_b = t_b_comp + tp_b + cp_b + ep_b
-        t_w = t_w_comp
-        T_comp = t_f_comp + t_b_comp + t_w_comp
-        T_mb = t_f + t_b + t_w
+        t_f, t_b, t_w, T_comp, T_mb = per_microbatch()
         hs_memory, hetero_plan = hs.memory, hs.plan
     else:
         hs_memory, hetero_plan = 1.0, ()
