@@ -6,10 +6,9 @@ arithmetic; no Python loop runs per configuration. ``evaluate`` is this path wit
 """
 from __future__ import annotations
 
-
-from ..specs.codes import Recompute
 import numpy as np
 
+from ..specs.codes import Recompute
 from ..specs.config import CATEGORICAL, FIELDS
 from ..specs.scenario import Scenario
 from . import constants as C
@@ -20,9 +19,8 @@ from .pipeline import (S_1F1B, S_DUALPIPEV, S_GPIPE, S_INTERLEAVED, S_ZBV, bubbl
                        in_flight_microbatches)
 from .terms import (F_DDP, F_FSDP, F_HSDP, F_ZERO1, P_CP_OUT, P_DP_OUT, P_EP_OUT, P_HYBRID,  # noqa: F401
                     P_PP_OUT, ComputeTerms, Transport, compute_terms, dp_comm_groups, hetero_shares, layout,
-                    speed_types, sum_groups)
-from .scenario_consts import (FSDP_EVERY_PASS, FSDP_FORWARD, FSDP_NEVER, members_per_node, scenario_consts,
-                              tier_of_span)
+                    memory_per_gpu, speed_types, sum_groups)
+from .scenario_consts import FSDP_EVERY_PASS, FSDP_FORWARD, members_per_node, scenario_consts, tier_of_span
 from .tiers import accounting
 from .result import BREAKDOWN_KEYS, Evaluation, infeasible_reason  # noqa: F401 - public here too
 from .xp import NUMPY, SCALAR
@@ -304,32 +302,9 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
 
     iteration = T_pipe + dp_exposed + t_opt
 
-    # ---- memory per GPU (bottleneck rank) ----
-    per_param_full = k.weight_bytes + k.grad_bytes + k.optimizer_bytes
-    sharded_all = is_fsdp | is_hsdp
-    # FSDP that does not reshard within the step holds unsharded gradients (forward, never)
-    # and unsharded weights (never) between micro-batches
-    held = (k.grad_bytes if rg != FSDP_EVERY_PASS else 0.0) + (k.weight_bytes if rg == FSDP_NEVER else 0.0)
-    states = xp.where(sharded_all, per_param_full * owned + held * (P_dense + P_exp - owned),
-                      (k.weight_bytes + k.grad_bytes) * (P_dense + P_exp)
-                      + k.optimizer_bytes * owned)
-    layer_params = (k.attn_params + xp.maximum(k.dense_mlp_params, k.moe_other_params - k.attn_params
-                                               + k.experts * k.expert_params / ep)) / tp
-    gather_buf = xp.where(sharded_all, 2 * k.weight_bytes * layer_params, 0.0)
-    swiglu = 1.5 if k.mlp_mats == 3 else 1.0
-    mlp_dense_k = k.ffn * swiglu / (4 * k.h)
-    mlp_moe_k = (k.top_k * C.EXPERT_IMBALANCE_FACTOR + k.shared) * k.ffn_e * swiglu / (4 * k.h)
-    act_scale = k.wire_bytes / C.ACTIVATION_BYTES     # Korthikanti's bytes are 16-bit; fp32 doubles them
-    act_lin = act_scale * tok * k.h / tp * (C.ACT_ATTN_BYTES_PER_TOKEN_HIDDEN * Ls
-                                + C.ACT_MLP_BYTES_PER_TOKEN_HIDDEN * (Ls_dense * mlp_dense_k + Ls_moe * mlp_moe_k))
-    act_scores = 0.0 if k.flash else act_scale * Ls * C.ACT_SCORES_BYTES_PER_TOKEN_HEAD_SEQ * k.heads * tok * k.seq / tp
-    act_layer_full = (act_lin + act_scores) / Ls
-    act_mb = xp.select([rc == R_NONE, rc == R_SELECTIVE],
-                       [act_lin + act_scores, act_lin],
-                       act_scale * C.ACT_FULL_RECOMPUTE_BYTES_PER_TOKEN_HIDDEN * tok * k.h / tp * Ls)
-    acts = infl * act_mb + xp.where(rc == R_FULL, act_layer_full, 0.0) \
-        + tok * k.vocab * C.LOGITS_BYTES / tp
-    memory = hs_memory * (states + acts) + gather_buf + C.FRAMEWORK_RESERVED_BYTES
+    # ---- memory per GPU (bottleneck rank; terms.memory_per_gpu) ----
+    memory = memory_per_gpu(k, fl, rc, rg, owned, P_dense, P_exp, tp, ep, tok, Ls, Ls_dense, Ls_moe, infl,
+                            hs_memory, xp)
     deficit = xp.maximum(0.0, memory - k.hbm_bytes)
 
     # ---- FLOPs, MFU (model FLOPs, non-causal attention: PaLM / Megatron convention) ----

@@ -11,13 +11,13 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..specs.codes import DPFlavour, HeteroSplit, Placement
+from ..specs.codes import DPFlavour, HeteroSplit, Placement, Recompute
 
 from . import constants as C
 from .collectives import KIND_AG, KIND_AR, collective
 from .network import effective_bandwidth_Bps, recovery_stall
 from .params import CostParams
-from .scenario_consts import ScenarioConsts, ring_tier_of_span
+from .scenario_consts import FSDP_EVERY_PASS, FSDP_NEVER, ScenarioConsts, ring_tier_of_span
 from .xp import SCALAR
 
 P_DP_OUT, P_PP_OUT, P_HYBRID, P_EP_OUT, P_CP_OUT = Placement   # codes: specs/codes.py
@@ -339,3 +339,41 @@ def hetero_shares(types: tuple, L, p: CostParams, batch, m, pp, Ls, pace_at, xp)
     return HeteroShares(xp.where(use_dp, g_dp, xp.where(use_pp, g_c, 1.0)),
                         xp.where(use_dp, g_dp, xp.where(use_pp, g_x, 1.0)),
                         xp.where(use_pp, g_x, 1.0), plan)
+
+
+def memory_per_gpu(k: ScenarioConsts, fl, rc, rg, owned, P_dense, P_exp, tp, ep, tok, Ls, Ls_dense, Ls_moe, infl,
+                   hetero_memory, xp):
+    """Bytes one GPU holds at its peak (the bottleneck rank):
+    - states: mixed-precision Adam, 2 + 4 + 12 bytes per parameter (ZeRO paper), the optimizer's
+      ``owned`` share sharded per DP flavour; FSDP that does not reshard within the step holds
+      unsharded gradients (regather forward, never) and weights (never) between micro-batches;
+    - FSDP's gather buffer: two layers' unsharded weights (prefetch);
+    - activations per micro-batch in flight (``infl``): Korthikanti et al. 2022's per-layer bytes
+      by recomputation (16-bit; fp32 doubles them), attention scores where the attention is unfused,
+      one layer's full activations under full recomputation, the logits;
+    - the framework's fixed reserve (CUDA context, NCCL buffers; ``constants``).
+    ``hetero_memory`` scales the layer-held part where faster buildings hold more layers
+    (``hetero_shares``)."""
+    per_param_full = k.weight_bytes + k.grad_bytes + k.optimizer_bytes
+    sharded_all = (fl == F_FSDP) | (fl == F_HSDP)
+    held = (k.grad_bytes if rg != FSDP_EVERY_PASS else 0.0) + (k.weight_bytes if rg == FSDP_NEVER else 0.0)
+    states = xp.where(sharded_all, per_param_full * owned + held * (P_dense + P_exp - owned),
+                      (k.weight_bytes + k.grad_bytes) * (P_dense + P_exp)
+                      + k.optimizer_bytes * owned)
+    layer_params = (k.attn_params + xp.maximum(k.dense_mlp_params, k.moe_other_params - k.attn_params
+                                               + k.experts * k.expert_params / ep)) / tp
+    gather_buf = xp.where(sharded_all, 2 * k.weight_bytes * layer_params, 0.0)
+    swiglu = 1.5 if k.mlp_mats == 3 else 1.0
+    mlp_dense_k = k.ffn * swiglu / (4 * k.h)
+    mlp_moe_k = (k.top_k * C.EXPERT_IMBALANCE_FACTOR + k.shared) * k.ffn_e * swiglu / (4 * k.h)
+    act_scale = k.wire_bytes / C.ACTIVATION_BYTES     # Korthikanti's bytes are 16-bit; fp32 doubles them
+    act_lin = act_scale * tok * k.h / tp * (C.ACT_ATTN_BYTES_PER_TOKEN_HIDDEN * Ls
+                                + C.ACT_MLP_BYTES_PER_TOKEN_HIDDEN * (Ls_dense * mlp_dense_k + Ls_moe * mlp_moe_k))
+    act_scores = 0.0 if k.flash else act_scale * Ls * C.ACT_SCORES_BYTES_PER_TOKEN_HEAD_SEQ * k.heads * tok * k.seq / tp
+    act_layer_full = (act_lin + act_scores) / Ls
+    act_mb = xp.select([rc == Recompute.NONE, rc == Recompute.SELECTIVE],
+                       [act_lin + act_scores, act_lin],
+                       act_scale * C.ACT_FULL_RECOMPUTE_BYTES_PER_TOKEN_HIDDEN * tok * k.h / tp * Ls)
+    acts = infl * act_mb + xp.where(rc == Recompute.FULL, act_layer_full, 0.0) \
+        + tok * k.vocab * C.LOGITS_BYTES / tp
+    return hetero_memory * (states + acts) + gather_buf + C.FRAMEWORK_RESERVED_BYTES
