@@ -91,8 +91,10 @@ def best_by(scenario: Scenario, group: tuple[str, ...], where: dict | None = Non
     if nt == 0 or n_core == 0:
         return best
     fits, lb = core_fits_and_bounds(scenario, core, params, chunk_rows)
+    # per-group pruning needs every row's group from its core knobs alone: legal_core holds the
+    # transport knobs at their first value only, so a group naming one is scanned in full
     core_keys = (np.stack([core[f].astype(np.int64) for f in group], axis=1) if group else
-                 np.zeros((n_core, 0), np.int64)) if all(f in core for f in group) else None
+                 np.zeros((n_core, 0), np.int64)) if not any(f in _TRANSPORT for f in group) else None
     if group and core_keys is not None and not fits.all():
         # groups whose every row is out of memory still appear, with an infinite time
         for row in np.unique(core_keys[~fits], axis=0):

@@ -121,7 +121,7 @@ def show(preset, as_json):
               help="knob grid: full opens every transport knob (all NCCL protocols, 2-32 channels, 1-16 MiB "
                    "buffers, DP buckets 0/25/100 MiB; 45x the default)")
 @click.option("--workers", type=STRICT_INT, default=None,
-              help="processes for the exact search [default: all cores on a space of 16M or more]")
+              help="processes for the exact search [default: all cores on a space of 67M or more]")
 @click.option("--robust", "robust", multiple=True, metavar="RANGE|FILE",
               help="a link field that varies over a run, cluster.<tier>.<field>=LOW..HIGH (e.g. "
                    "cluster.cross_building.loss_rate=1e-6..1e-3), or a YAML file of them: also find the "

@@ -173,3 +173,27 @@ def test_search_full_space_and_its_bad_input():
                          (["--space", "huge"], "--space")):
         code, out, err = run(base + extra)
         assert code == 2 and field in err and len(err.strip().splitlines()) == 1, (extra, err)
+
+
+def test_best_by_scans_a_transport_group_in_full(scanned, monkeypatch):
+    """A group naming a transport knob cannot be pruned per group (the legal core holds transport
+    knobs at their first value): with selective-repeat rows made slower below a threshold (the
+    bound stays admissible), each group's best is still the full scan's."""
+    import autotune.analysis as analysis
+    from autotune.specs.codes import LossRecovery
+    space, rows, times = scanned
+    real = analysis.evaluate_batch
+    cut = 3.0 * float(np.min(times))
+
+    def penalised(scen, b, params=None, check=True):
+        out = dict(real(scen, b, params, check=check))
+        t = out["iteration_time_s"]
+        out["iteration_time_s"] = np.where((b["xb_loss_recovery"] == LossRecovery.SR) & (t < cut), t + 10.0, t)
+        return out
+    monkeypatch.setattr(analysis, "evaluate_batch", penalised)
+    t_pen = penalised(space.scenario, rows)["iteration_time_s"]
+    t_pen = np.where(np.isfinite(times), t_pen, np.inf)
+    want = brute_force_by(rows, t_pen, ("xb_loss_recovery",), {})
+    got = analysis.best_by(space.scenario, ("xb_loss_recovery",), space=space)
+    for key, (t, cfg) in want.items():
+        assert got[key].iteration_time_s == t and got[key].config == cfg, key

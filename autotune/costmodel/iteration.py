@@ -261,14 +261,16 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
         def pace_at(sp, x=1.0):
             return xp.maximum(pace(t_f_comp / sp + x * (t_f - t_f_comp), t_b_comp / sp + x * (t_b - t_b_comp),
                                    t_w_comp / sp, x * gather_f_mb, x * gather_b_mb)[2], p2p_bw_bound)
-        hs = hetero_shares(types, k.L, p, batch, m, pp, Ls, pace_at, xp)
+        f1, b1, _ = pace(t_f, t_b, t_w, gather_f_mb, gather_b_mb)
+        fill = xp.where(pp > 1, bubble_time(sc, pp, v, f1, b1, t_w, xp), 0.0)   # fill and drain at the even pace
+        hs = hetero_shares(types, k.L, p, batch, m, pp, Ls, pace_at, fill, xp)
         t_f_comp, t_b_comp, t_w_comp = hs.compute * t_f_comp, hs.compute * t_b_comp, hs.compute * t_w_comp
         tp_f, tp_b, cp_f, cp_b, ep_f, ep_b = (hs.comm * x for x in (tp_f, tp_b, cp_f, cp_b, ep_f, ep_b))
         gather_f_mb, gather_b_mb = hs.comm * gather_f_mb, hs.comm * gather_b_mb
         t_f, t_b, t_w, T_comp, T_mb = per_microbatch()
-        hs_memory, hetero_plan = hs.memory, hs.plan
+        hs_memory, hetero_plan, m_busiest = hs.memory, hs.plan, hs.microbatches
     else:
-        hs_memory, hetero_plan = 1.0, ()
+        hs_memory, hetero_plan, m_busiest = 1.0, (), m
     t_f_p, t_b_p, T_fsdp = pace(t_f, t_b, t_w, gather_f_mb, gather_b_mb)
     T_pace = xp.maximum(T_fsdp, p2p_bw_bound)
     # The first rank admits ``infl`` micro-batches without waiting; each later one waits for the
@@ -303,7 +305,8 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
     iteration = T_pipe + dp_exposed + t_opt
 
     # ---- memory per GPU (bottleneck rank; terms.memory_per_gpu) ----
-    memory = memory_per_gpu(k, fl, rc, rg, owned, P_dense, P_exp, tp, ep, tok, Ls, Ls_dense, Ls_moe, infl,
+    infl_mem = in_flight_microbatches(sc, pp, v, m_busiest, xp) if types else infl   # the busiest replica's
+    memory = memory_per_gpu(k, fl, rc, rg, owned, P_dense, P_exp, tp, ep, tok, Ls, Ls_dense, Ls_moe, infl_mem,
                             hs_memory, xp)
     deficit = xp.maximum(0.0, memory - k.hbm_bytes)
 

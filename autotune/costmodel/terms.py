@@ -281,11 +281,12 @@ class HeteroShares(NamedTuple):
     compute: object   # compute per micro-batch
     comm: object      # TP / CP / EP exchanges per micro-batch (they run per layer)
     memory: object    # parameters, gradients, optimizer state and activations (they scale with layers)
-    plan: tuple = ()  # per GPU type (k.speed_types order): micro-batches per replica (dp_out) or
+    plan: tuple = ()  # per GPU type (speed_types order): micro-batches per replica (dp_out) or
                       # layers per stage (pp_out) under by_speed; () where even
+    microbatches: object = None   # micro-batches of the busiest replica (its in-flight activations)
 
 
-def hetero_shares(types: tuple, L, p: CostParams, batch, m, pp, Ls, pace_at, xp) -> HeteroShares:
+def hetero_shares(types: tuple, L, p: CostParams, batch, m, pp, Ls, pace_at, fill, xp) -> HeteroShares:
     """Work shares between buildings of different speeds (``types``, from ``speed_types``: speed
     s_j >= 1 over the slowest GPU, share w_j of the GPUs; L layers). ``pace_at(s, x=1)``: the bottleneck rank's time per
     micro-batch when its compute runs s times faster than the slowest GPU's and its exchanges and
@@ -293,11 +294,14 @@ def hetero_shares(types: tuple, L, p: CostParams, batch, m, pp, Ls, pace_at, xp)
     split's pace).
 
     - dp_out (whole replicas per building): a replica on type j takes T_j = pace_at(s_j) per
-      micro-batch. The M = m dp micro-batches are shared so that every replica finishes together:
-      continuous t = M / sum_j(dp w_j / T_j). In whole micro-batches each replica of type j takes
-      ceil(t / T_j) of them and finishes at max_j ceil(t / T_j) T_j; the even split (m each,
-      m T_1) is kept where it is faster. Every per-micro-batch time of the bottleneck replica is
-      scaled by t / (m T_1): it stands for the replica that finishes last.
+      micro-batch, and its pipeline's fill and drain take B0 of its own micro-batch times
+      (B0 = ``fill`` / T_1, the even split's bubble). The M = m dp micro-batches are shared so
+      that every replica finishes together: continuous t = (m + B0) / sum_j(w_j / T_j). In whole
+      micro-batches a replica of type j takes m_j = ceil(t / T_j - B0) and finishes at
+      (m_j + B0) T_j; the last one sets the step, and the even split ((m + B0) T_1) is kept
+      where it is faster. Every per-micro-batch time is scaled by t / ((m + B0) T_1), the fill
+      included; the busiest replica's m_j sets the in-flight activations (``microbatches``).
+      The counts are per replica and round up, so they may add up to a little more than M.
     - pp_out (pp / B stages per building, equal buildings): a stage on type j holds
       L_j = ceil(L s_j / S) layers, S = pp sum_j(w_j s_j), so compute per stage is balanced:
       compute factor max_j(L_j / s_j) / Ls; the fastest stages hold the most layers, so the
@@ -314,14 +318,16 @@ def hetero_shares(types: tuple, L, p: CostParams, batch, m, pp, Ls, pace_at, xp)
     T_1 = pace_at(1.0)
     T_j = [pace_at(s) for s, _ in types]
     rate = sum(w / t for t, (_, w) in zip(T_j, types))     # per replica: dp cancels
-    t = m / rate
-    mb_j = [xp.ceil(t / tj - 1e-9) for tj in T_j]
+    B0 = fill / T_1
+    t = (m + B0) / rate
+    mb_j = [xp.maximum(xp.ceil(t / tj - B0 - 1e-9), 1.0) for tj in T_j]
     if integer:
         t_up = None
         for n, tj in zip(mb_j, T_j):
-            t_up = n * tj if t_up is None else xp.maximum(t_up, n * tj)
-        t = xp.minimum(t_up, m * T_1)
-    g_dp = t / (m * T_1)
+            t_up = (n + B0) * tj if t_up is None else xp.maximum(t_up, (n + B0) * tj)
+        g_dp = xp.minimum(t_up, (m + B0) * T_1) / ((m + B0) * T_1)
+    else:
+        g_dp = 1.0 / (T_1 * rate)     # <= the whole-share factor, and monotone in every time
     S = pp * sum(s * w for s, w in types)
     L_j = [xp.ceil(L * s / S - 1e-9) for s, _ in types]
     if integer:
@@ -336,9 +342,12 @@ def hetero_shares(types: tuple, L, p: CostParams, batch, m, pp, Ls, pace_at, xp)
         use_pp = by & (pl == P_PP_OUT)
     use_dp = by & (pl == P_DP_OUT) & (g_dp < 1.0)
     plan = tuple(xp.where(use_dp, n, xp.where(use_pp, lj, 0.0)) for n, lj in zip(mb_j, L_j))
+    busiest = None
+    for n in mb_j:
+        busiest = n if busiest is None else xp.maximum(busiest, n)
     return HeteroShares(xp.where(use_dp, g_dp, xp.where(use_pp, g_c, 1.0)),
                         xp.where(use_dp, g_dp, xp.where(use_pp, g_x, 1.0)),
-                        xp.where(use_pp, g_x, 1.0), plan)
+                        xp.where(use_pp, g_x, 1.0), plan, xp.where(use_dp, busiest, m))
 
 
 def memory_per_gpu(k: ScenarioConsts, fl, rc, rg, owned, P_dense, P_exp, tp, ep, tok, Ls, Ls_dense, Ls_moe, infl,

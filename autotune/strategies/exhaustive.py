@@ -53,12 +53,20 @@ each, about 1 s with numpy and the cost model imported) costs more than it saves
 few seconds."""
 
 
-def default_workers(legal_count: int) -> int:
-    """All cores for a space of PARALLEL_MIN_LEGAL configurations or more; one process otherwise,
-    and inside a worker process (a sweep's design points already run one per core)."""
-    if legal_count < PARALLEL_MIN_LEGAL or mp.parent_process() is not None:
+PARALLEL_MAX_CORE_BYTES = 1 << 30
+"""Largest legal core sent to every worker (each holds its own copy): above it, one process."""
+
+
+def default_workers(legal_count: int, core_bytes: int = 0) -> int:
+    """The cores this process may run on, for a space of PARALLEL_MIN_LEGAL configurations or
+    more whose legal core is at most PARALLEL_MAX_CORE_BYTES; one process otherwise, and inside
+    a worker process (a sweep's design points already run one per core)."""
+    if legal_count < PARALLEL_MIN_LEGAL or core_bytes > PARALLEL_MAX_CORE_BYTES or mp.parent_process() is not None:
         return 1
-    return os.cpu_count() or 1
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except AttributeError:                   # not on Linux
+        return os.cpu_count() or 1
 
 
 def _init_worker(job: dict) -> None:
@@ -73,7 +81,8 @@ def _pool(workers: int, job: dict):
     deadlock on a lock held at the fork, which a test run here did."""
     if workers <= 1:
         return None
-    return mp.get_context("spawn").Pool(workers, initializer=_init_worker, initargs=(job,))
+    from concurrent.futures import ProcessPoolExecutor      # a killed worker raises, where Pool.map would hang
+    return ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn"), initializer=_init_worker, initargs=(job,))
 
 
 def search_job(scen, core: dict, params: CostParams | None, transport: dict | None = None) -> dict:
@@ -105,7 +114,7 @@ def core_fits_and_bounds(scen, core: dict, params: CostParams | None = None,
         job = job or search_job(scen, core, params)
         parts = [_fits_bounds_chunk(sl, job) for sl in slices]
     else:
-        parts = pool.map(_fits_bounds_chunk, slices)
+        parts = list(pool.map(_fits_bounds_chunk, slices))
     fits = np.concatenate([f for f, _ in parts]) if parts else np.zeros(0, dtype=bool)
     lb = np.concatenate([b for _, b in parts]) if parts else np.empty(0)
     return fits, lb
@@ -155,7 +164,8 @@ def exhaustive_search(space: SearchSpace, params: CostParams | None = None, chun
     nt = space.n_transport
     if n_core == 0:
         return ExhaustiveResult(None, np.inf, 0, 0, time.perf_counter() - t0)
-    workers = default_workers(space.legal_count()) if workers is None else max(1, int(workers))
+    workers = default_workers(space.legal_count(), sum(v.nbytes for v in core.values())) if workers is None \
+        else max(1, int(workers))
     job = search_job(scen, core, params, space.transport_grid)
     pool = _pool(workers, job)
     try:
@@ -183,7 +193,7 @@ def exhaustive_search(space: SearchSpace, params: CostParams | None = None, chun
                 jobs.append((live, kth, top_k))
             if not jobs:
                 break
-            results = pool.map(_best_of_chunk, jobs) if pool is not None else [_best_of_chunk(a, job) for a in jobs]
+            results = list(pool.map(_best_of_chunk, jobs)) if pool is not None else [_best_of_chunk(a, job) for a in jobs]
             for times, gidx, cfgs, n_eval in results:
                 evaluated += n_eval
                 if len(times):
@@ -202,7 +212,7 @@ def exhaustive_search(space: SearchSpace, params: CostParams | None = None, chun
                 break
     finally:
         if pool is not None:
-            pool.terminate()
+            pool.shutdown(wait=True, cancel_futures=True)
     if progress is not None and reported < len(cand):
         progress((len(cand) - reported) * nt)
     best_cfg, best_t = (top_cfg[0], float(top_t[0])) if top_cfg else (None, np.inf)
