@@ -36,7 +36,7 @@ from autotune.backends import get_backend
 from autotune.encoding import FlatEncoding
 from autotune.space import SearchSpace
 from autotune.specs import Config, build_scenario
-from autotune.strategies.guided import _key, next_batch
+from autotune.strategies.guided import config_key, next_batch
 from autotune.sweep import dataclass_args
 
 
@@ -86,7 +86,7 @@ def measure_table(args: Args, scen, space, path: Path) -> dict:
 def replay_guided(space, times: dict, runs: int, batch: int, refit: bool = True) -> list:
     """Best measured time after each run: guided (refit after each batch) or the model's order."""
     measured, held, best, curve = [], set(), np.inf, []
-    runnable = lambda c: _key(c.model_dump()) in times      # noqa: E731 - the workload's can_run, from the table
+    runnable = lambda c: config_key(c.model_dump()) in times      # noqa: E731 - the workload's can_run, from the table
     while len(curve) < runs:
         fit_on = measured if refit else []
         chosen, _, _ = next_batch(space, fit_on, held, batch, pool=4096, prior_weight=0.25, runnable=runnable)
@@ -95,7 +95,7 @@ def replay_guided(space, times: dict, runs: int, batch: int, refit: bool = True)
         for c in chosen:
             if len(curve) == runs:
                 break
-            k = _key(c.model_dump())
+            k = config_key(c.model_dump())
             held.add(k)
             t = times[k]
             if t is not None:
@@ -116,7 +116,7 @@ def replay_tpe(space, times: dict, runs: int, seed: int) -> list:
     for _ in range(runs):
         tr = study.ask(dists)
         cfg = enc.decode(tr.params)
-        t = times.get(_key(cfg.model_dump()))            # absent: the workload cannot run it (a failed run)
+        t = times.get(config_key(cfg.model_dump()))            # absent: the workload cannot run it (a failed run)
         if t is None:
             study.tell(tr, state=optuna.trial.TrialState.FAIL)
         else:
@@ -164,7 +164,7 @@ def main() -> None:
             path.write_text(json.dumps(table, indent=1))
     else:
         table = measure_table(args, scen, space, path)
-    times = {_key(r["config"]): r["measured_s"] for r in table["rows"]}
+    times = {config_key(r["config"]): r["measured_s"] for r in table["rows"]}
     ok = [t for t in times.values() if t is not None]
     best = min(ok)
     target = best * (1 + args.within_pct / 100)

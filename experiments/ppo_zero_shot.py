@@ -31,6 +31,9 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--test-seed", type=int, default=None, help="seed of the unseen design points (default: --seed); "
                     "another value gives a validation set for choosing between trained policies")
+    ap.add_argument("--test-split", default="test", choices=("test", "unseen"),
+                    help="test: the training distribution's held-out grid values; unseen: other hardware, mixed "
+                    "buildings, continuous network values, half MoE (design_points.sample_unseen_scenario)")
     ap.add_argument("--policy", default=None, help="the policy to train and score (default: train into "
                     "experiments/out/ppo_scale_across.zip; with --skip-train, score the shipped one)")
     ap.add_argument("--skip-train", action="store_true")
@@ -43,7 +46,7 @@ def main():
     if not a.skip_train:
         card = train(a.steps, a.train_points, a.seed, Path(a.policy))
     model = load(a.policy)
-    test = DesignPointSet(a.test_points, "test", a.seed if a.test_seed is None else a.test_seed)
+    test = DesignPointSet(a.test_points, a.test_split, a.seed if a.test_seed is None else a.test_seed)
     rows = []
     for p in test.points:
         t0 = time.perf_counter()
@@ -56,11 +59,14 @@ def main():
         zero = evals[0].iteration_time_s if evals[0].feasible else math.inf
         refined = min((e.iteration_time_s for e in evals if e.feasible), default=math.inf)
         rows.append({"scenario": p.scenario.summary(), "optimum_s": opt, "production_s": p.production_s,
+                     "zero_shot_feasible": evals[0].feasible,
                      "zero_shot_gap_pct": 100 * (zero / opt - 1), "refined_gap_pct": 100 * (refined / opt - 1),
                      "exhaustive_s": t_ex, "propose_s": t_prop})
         print(json.dumps({k: rows[-1][k] for k in ("zero_shot_gap_pct", "refined_gap_pct")} |
                          {"model": p.scenario.model.name, "cluster": p.scenario.cluster.name}), flush=True)
-    summary = {"median_zero_shot_gap_pct": float(np.median([r["zero_shot_gap_pct"] for r in rows])),
+    summary = {"test_split": a.test_split, "test_points": len(rows),
+               "median_zero_shot_gap_pct": float(np.median([r["zero_shot_gap_pct"] for r in rows])),
+               "zero_shot_out_of_memory": sum(not r["zero_shot_feasible"] for r in rows),
                f"median_gap_after_{a.samples}_samples_pct": float(np.median([r["refined_gap_pct"] for r in rows])),
                "train": {k: v for k, v in (card or {}).items() if k != "train_scenarios"}, "rows": rows}
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)

@@ -21,7 +21,7 @@ VARIANTS = {
     "default": ({}, {}),
     "constraint": ({"infeasible": "constraint"}, {}),
     "integer": ({"categorical_unordered": False}, {}),
-    "index_startup": ({}, {"legal_startup": False}),
+    "index_startup": ({}, {"startup": "index"}),
 }
 
 

@@ -98,4 +98,4 @@ def test_guided_through_the_cli_with_options_and_bad_options(tmp_path):
         assert code == 2 and field in err and len(err.strip().splitlines()) == 1, (extra, err)
     code, out, err = run(base[:7] + ["--strategy", "tpe", "--strategy-option", "batch=2", "--no-tracking",
                                      "--storage", f"sqlite:///{tmp_path}/t.db"])
-    assert code == 2 and "options of tpe: none" in err
+    assert code == 2 and "options of tpe: startup" in err

@@ -37,6 +37,46 @@ def sample_scenario(rng: np.random.Generator, split: str = "train") -> Scenario:
                                                      f"cluster.{tier}.loss_rate={loss}"])
 
 
+UNSEEN_MODELS = ("llama3-70b", "llama3-405b", "gpt3-175b", "mixtral-8x7b", "llama4-scout", "llama4-maverick",
+                 "deepseek-v3")
+MOE_MODELS = ("mixtral-8x7b", "llama4-scout", "llama4-maverick", "deepseek-v3")
+UNSEEN_GPUS = ("a100-80gb", "h100-sxm", "h800", "h200", "b200")
+"""GPU types an unseen design point draws from: the training split uses h100-sxm only."""
+UNSEEN_GPUS_PER_BUILDING = (256, 512, 1024)
+
+
+def _log_uniform(rng: np.random.Generator, lo: float, hi: float) -> float:
+    return float(math.exp(rng.uniform(math.log(lo), math.log(hi))))
+
+
+def sample_unseen_scenario(rng: np.random.Generator, moe: bool | None = None) -> Scenario:
+    """A design point outside the presets and the training grids, for judging strategies on
+    scenarios nobody tuned them on (issue 16): any preset model (``moe`` forces the kind), other
+    GPU types (in 3 of 10 points two types, a slow one in some buildings), 256-1,024 GPUs per
+    building, and the crossing link drawn from continuous ranges: per-GPU bandwidth 6-50 GB/s,
+    oversubscription 1-16:1, distance 1-120 km (campus, metro) or 150-2,000 km (regions), loss 0
+    or 1e-7..1e-3. Continuous draws never land on the training split's grid values."""
+    pool = UNSEEN_MODELS if moe is None else tuple(m for m in UNSEEN_MODELS if (m in MOE_MODELS) == moe)
+    model = pool[rng.integers(len(pool))]
+    cluster = CLUSTERS[rng.integers(len(CLUSTERS))]
+    tier = TIER[cluster]
+    B = 5 if cluster == "campus-5bldg" else 2
+    fast = UNSEEN_GPUS[rng.integers(len(UNSEEN_GPUS))]
+    gpus = [fast] * B
+    if rng.random() < 0.3:
+        slow = UNSEEN_GPUS[rng.integers(len(UNSEEN_GPUS))]
+        for b in rng.choice(B, size=int(rng.integers(1, B)), replace=False).tolist():
+            gpus[b] = slow
+    per_building = UNSEEN_GPUS_PER_BUILDING[rng.integers(len(UNSEEN_GPUS_PER_BUILDING))]
+    km = _log_uniform(rng, 1, 120) if tier == "cross_building" else _log_uniform(rng, 150, 2000)
+    loss = 0.0 if rng.random() < 0.2 else _log_uniform(rng, 1e-7, 1e-3)
+    overrides = [f"cluster.{tier}.bandwidth_Bps={_log_uniform(rng, 6.25e9, 50e9):.4g}",
+                 f"cluster.{tier}.oversubscription={_log_uniform(rng, 1, 16):.3g}",
+                 f"cluster.{tier}.distance_km={km:.4g}", f"cluster.{tier}.loss_rate={loss:.3g}"]
+    overrides += [f"cluster.buildings.{b}.gpu={g}" for b, g in enumerate(gpus)]
+    return build_scenario(model, cluster, gpus=per_building * B, overrides=overrides)
+
+
 @dataclass
 class DesignPoint:
     scenario: Scenario
@@ -91,12 +131,19 @@ def make_point(s: Scenario, space: SearchSpace | None = None, encoding: FlatEnco
 
 
 class DesignPointSet:
+    """``n`` design points of a split: "train" and "test" (``sample_scenario``'s interleaved
+    grids over the preset hardware), or "unseen" (``sample_unseen_scenario``: other hardware and
+    continuous network values; every other point a mixture-of-experts model)."""
+
     def __init__(self, n: int, split: str = "train", seed: int = 0):
-        rng = np.random.default_rng(seed + (10_000 if split == "test" else 0))
+        if split not in ("train", "test", "unseen"):
+            raise ValueError(f"split {split!r}: train, test or unseen")
+        rng = np.random.default_rng(seed + {"train": 0, "test": 10_000, "unseen": 20_000}[split])
         self.points: list[DesignPoint] = []
         seen = set()
         while len(self.points) < n:
-            s = sample_scenario(rng, split)
+            s = sample_unseen_scenario(rng, moe=len(self.points) % 2 == 1) if split == "unseen" \
+                else sample_scenario(rng, split)
             if s.key in seen:
                 continue
             seen.add(s.key)

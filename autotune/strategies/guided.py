@@ -30,7 +30,8 @@ _KNOBS = ("tp", "cp", "ep", "pp", "placement", "dp_flavour", "pp_schedule", "pp_
           "recompute", "overlap_dp", "hetero_split")
 
 
-def _key(cfg: dict) -> tuple:
+def config_key(cfg: dict) -> tuple:
+    """The hashable identity of a configuration dict (the same key a study's trials give)."""
     return tuple(sorted(cfg.items()))
 
 
@@ -43,7 +44,7 @@ def _distance(a: dict, b: dict) -> int:
 def diverse_batch(ranked: list, held: set, size: int) -> list:
     """Up to ``size`` of ``ranked`` (Config, fastest first) not in ``held``: in rank order, each at
     least DIVERSE_KNOBS knobs from those already chosen, then the best of the rest."""
-    free = [c for c in ranked if _key(c.model_dump()) not in held]
+    free = [c for c in ranked if config_key(c.model_dump()) not in held]
     chosen: list = []
     for c in free:
         d = c.model_dump()
@@ -127,16 +128,16 @@ class GuidedStrategy(Strategy):
         from ..specs import Config
         trials = [t for t in study.get_trials(deepcopy=False) if trial_config(t) and not is_interrupted(t)]
         trials.sort(key=lambda t: t.number)
-        held = {_key(trial_config(t)) for t in trials}
+        held = {config_key(trial_config(t)) for t in trials}
         k = len(trials) // self.batch * self.batch              # the batch boundary this proposal belongs to
         measured = [(Config(**trial_config(t)), t.values[0]) for t in trials[:k]
                     if t.state == COMPLETE and t.user_attrs.get("feasible") and t.values]
-        held_then = {_key(trial_config(t)) for t in trials[:k]}
+        held_then = {config_key(trial_config(t)) for t in trials[:k]}
         chosen, predicted, _ = next_batch(self.space, measured, held_then, self.batch, self.pool, self.prior_weight)
         if self.stop_within is not None and measured and predicted is not None:
             if predicted >= min(t for _, t in measured) * (1 - self.stop_within):
                 return EXHAUSTED
         for c in chosen:
-            if _key(c.model_dump()) not in held:
+            if config_key(c.model_dump()) not in held:
                 return self.encoding.encode(c)
         return EXHAUSTED

@@ -1,33 +1,67 @@
 """Optuna samplers as strategies: the study's sampler proposes; we only choose and configure it."""
 from __future__ import annotations
 
+from ..errors import UserInputError
 from ..space import config_at
-from ..trials import proposed_by
+from ..trials import proposed_by, trial_config
 from .base import SAMPLER, Strategy
 from .samplers import CONSTRAINT_KEY, STARTUP_TRIALS, SUPPORTS_CONSTRAINTS, make_sampler  # noqa: F401 - public here too
 
+STARTUPS = ("legal", "model", "index")
+"""How TPE's start-up trials are drawn (``--strategy-option startup=...``):
+
+- ``legal``: uniformly from the legal space (the default). Index vectors drawn uniformly are not
+  uniform over legal configurations once decoded.
+- ``model``: the cost model's best-ranked configurations, a diverse batch
+  (``guided.diverse_batch``: each at least 2 knobs from the others), ranked by the study
+  scenario's model under the shipped calibration. For a real backend, where the model
+  is a prior and not the objective. On the cost-model backend it hands TPE the objective's own
+  optimum, so ``compare`` on the cost model keeps ``legal``.
+- ``index``: TPE's own start-up over index vectors (the ablation's baseline)."""
+
+
 class OptunaStrategy(Strategy):
-    """The study's Optuna sampler proposes. For TPE the start-up trials are drawn uniformly from
-    the legal space (index vectors drawn uniformly are not uniform over legal configurations
-    once decoded), then TPE models them.
+    """The study's Optuna sampler proposes. For TPE the start-up trials come from ``startup``
+    (STARTUPS), then TPE models them.
 
     The start-up phase is the study's: its length is the number of start-up trials the study holds
     (trials this strategy proposed, interrupted ones left out), so a resumed study or a worker
     continues it where it is, as one process would, and several workers share one start-up (two
-    may both draw the last ones)."""
+    may both draw the last ones). The model's start-up batch depends on the space only, so a
+    resumed study proposes its next unmeasured member."""
 
-    def __init__(self, name: str = "tpe", legal_startup: bool = True):
+    def __init__(self, name: str = "tpe", startup: str = "legal"):
+        if startup not in STARTUPS:
+            raise UserInputError("strategy option startup", startup, "one of " + ", ".join(STARTUPS))
+        if startup != "legal" and name != "tpe":
+            raise UserInputError("strategy option startup", startup, f"legal for {name} (start-up choices are TPE's)")
         self.name = self.sampler_name = name
-        self.legal_startup = bool(legal_startup)
+        self.startup = startup
+        self._model_batch = None
 
     def bind(self, space, encoding, seed):
         super().bind(space, encoding, seed)
-        self._startup_over = self.name != "tpe" or not self.legal_startup
+        self._startup_over = self.name != "tpe" or self.startup == "index"
+        self._model_batch = None
+
+    def _from_model(self, study):
+        """The first member of the model's diverse top batch the study does not hold yet; None
+        once every member is held (the sampler's draws then fill the start-up)."""
+        from .guided import config_key, diverse_batch, rank
+        if self._model_batch is None:
+            ranked = rank(self.space, self.space.scenario, pool=max(16 * STARTUP_TRIALS, 512))
+            self._model_batch = diverse_batch(ranked, set(), STARTUP_TRIALS)
+        held = {config_key(c) for c in map(trial_config, study.get_trials(deepcopy=False)) if c}
+        return next((c for c in self._model_batch if config_key(c.model_dump()) not in held), None)
 
     def propose(self, study):
         # once the study holds its start-up it always will: that fact is cached, never counted again
         if self._startup_over or len(proposed_by(study, self.name)) >= STARTUP_TRIALS:
             self._startup_over = True
             return SAMPLER
+        if self.startup == "model":
+            c = self._from_model(study)
+            if c is not None:
+                return self.encoding.encode(c)
         b = self.space.sample(1, seed=int(self.rng(study).integers(0, 2**63 - 1)))
         return self.encoding.encode(config_at(b, 0))

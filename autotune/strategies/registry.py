@@ -18,12 +18,14 @@ def make_strategy(name: str, **options):
         if "unexpected keyword argument" not in str(e):
             raise
         import inspect
-        cls = {"guided": "autotune.strategies.guided.GuidedStrategy"}.get(name)
+        cls = {"guided": "autotune.strategies.guided.GuidedStrategy"}.get(name) or \
+            ("autotune.strategies.optuna_samplers.OptunaStrategy" if name in OPTUNA else None)
         takes = "none"
         if cls:
             import importlib
             mod, _, attr = cls.rpartition(".")
-            takes = ", ".join(p for p in inspect.signature(getattr(importlib.import_module(mod), attr)).parameters)
+            takes = ", ".join(p for p in inspect.signature(getattr(importlib.import_module(mod), attr)).parameters
+                              if p != "name") or "none"
         raise UserInputError("--strategy-option", ", ".join(sorted(options)), f"options of {name}: {takes}") from None
 
 

@@ -1,0 +1,54 @@
+"""TPE's model-informed start-up (``--strategy-option startup=model``) and the unseen design points
+strategies are judged on (issue 16 item 3)."""
+import optuna
+import pytest
+
+from autotune.envs.design_points import MOE_MODELS, DesignPointSet, sample_scenario
+from autotune.errors import UserInputError
+from autotune.space import SearchSpace
+from autotune.specs import build_scenario
+from autotune.strategies.guided import config_key, diverse_batch, rank
+from autotune.strategies.registry import make_strategy
+from autotune.strategies.samplers import STARTUP_TRIALS
+from autotune.study import StudyRunner
+
+
+def test_model_startup_measures_the_models_diverse_top_batch_and_resumes_as_one_process(tmp_path):
+    scen = build_scenario("llama3-8b", "metro-2bldg", gpus=64)
+    space = SearchSpace(scen)
+    expected = [config_key(c.model_dump()) for c in diverse_batch(rank(space, scen, 512), set(), STARTUP_TRIALS)]
+    storage = f"sqlite:///{tmp_path}/s.db"
+
+    def run(name, trials):
+        StudyRunner(scen, strategy="tpe", trials=trials, storage=storage, study_name=name, track=False,
+                    baselines=(), strategy_options={"startup": "model"}).run()
+        st = optuna.load_study(study_name=name, storage=storage)
+        return [config_key(t.user_attrs["config"]) for t in sorted(st.trials, key=lambda t: t.number)]
+    once = run("once", 24)
+    run("twice", 9)
+    twice = run("twice", 15)
+    assert once[:STARTUP_TRIALS] == expected[:STARTUP_TRIALS]
+    assert twice[:STARTUP_TRIALS] == once[:STARTUP_TRIALS]
+    assert len(set(once)) == len(once)
+
+
+def test_startup_option_errors():
+    with pytest.raises(UserInputError, match="startup"):
+        make_strategy("tpe", startup="magic")
+    with pytest.raises(UserInputError, match="startup"):
+        make_strategy("cmaes", startup="model")
+    with pytest.raises(UserInputError, match="options of tpe: startup"):
+        make_strategy("tpe", batch=3)
+
+
+def test_unseen_points_are_outside_the_presets_and_the_training_grid():
+    import numpy as np
+    pts = DesignPointSet(6, "unseen", 0).points
+    assert [p.scenario.model.name in MOE_MODELS for p in pts] == [False, True] * 3
+    gpus = {b.gpu.name for p in pts for b in p.scenario.cluster.buildings}
+    assert gpus - {"h100-sxm"}, "unseen points draw other GPU types"
+    train = {sample_scenario(np.random.default_rng(s), "train").key for s in range(50)}
+    assert not {p.scenario.key for p in pts} & train
+    for p in pts:
+        t = p.scenario.cluster.inter_building_tier
+        assert t.oversubscription not in (1.0, 2.8, 4.5, 8.0, 12.0) and p.scenario.n_gpus % 256 == 0
