@@ -168,7 +168,14 @@ def fastest_buildings_only(scenario: Scenario) -> Scenario | None:
     speed = {b.gpu: (b.gpu.peak_flops(scenario.precision) or b.gpu.peak_flops_bf16, b.gpu.hbm_bandwidth_Bps)
              for b in c.buildings}
     top = max(speed.values())
-    kept = tuple(b for b in c.buildings if speed[b.gpu] == top)
+    return buildings_only(scenario, [j for j, b in enumerate(c.buildings) if speed[b.gpu] == top])
+
+
+def buildings_only(scenario: Scenario, keep) -> Scenario:
+    """The scenario on the buildings numbered in ``keep`` alone, at the same global batch (the
+    default batch is rounded per building count)."""
+    c = scenario.cluster
+    kept = tuple(b for j, b in enumerate(c.buildings) if j in set(keep))
     return scenario.model_copy(update={
         "cluster": c.model_copy(update={"buildings": kept}),
         "workload": scenario.workload.model_copy(update={"global_batch_seqs": scenario.global_batch_seqs})})

@@ -6,11 +6,15 @@ import sys
 
 import click
 
-from .cli_common import (EXIT_SERVICE_UNAVAILABLE, EXIT_USER_ERROR, STRICT_FLOAT, STRICT_INT, _emit, _header, _params,
-                         _print_evaluation, _print_header, _scenario, params_option, scenario_options)
+from .cli_common import (EXIT_SERVICE_UNAVAILABLE, EXIT_USER_ERROR, MAX_BENCH_ROWS, MAX_SEEDS, MAX_TRIALS, STRICT_FLOAT,
+                         STRICT_INT, _emit, _header, _params, _print_evaluation, _print_header, _print_launch, _scenario,
+                         params_option, scenario_options)
 from .cli_explain import explain, importance, report, sensitivity, timeline
 from .cli_propose import propose
+from .cli_search import search
+from .cli_validate import kernels, validate
 from .errors import ServiceUnavailable, StorageCorrupt, UserInputError
+
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "show_default": True})
@@ -108,152 +112,6 @@ def show(preset, as_json):
             else:
                 click.echo(f"{k}: {v:,}" if isinstance(v, int) and not isinstance(v, bool) else f"{k}: {v}")
     _emit(data, as_json, human)
-
-
-@cli.command()
-@scenario_options
-@click.option("--top", "top_k", type=STRICT_INT, default=1, show_default=True,
-              help="keep the K fastest configurations (exact, ties in enumeration order)")
-@click.option("--out", "out_dir", default=None,
-              help="folder to write the launch files into: best_config.yaml, torchtitan_args.txt (torchtitan 0.3.0), "
-                   "megatron_args.txt, nccl.env, top_k.csv, scenario.yaml")
-@click.option("--space", "space_name", type=click.Choice(["default", "full"]), default="default", show_default=True,
-              help="knob grid: full opens every transport knob (all NCCL protocols, 2-32 channels, 1-16 MiB "
-                   "buffers, DP buckets 0/25/100 MiB; 45x the default)")
-@click.option("--workers", type=STRICT_INT, default=None,
-              help="processes for the exact search [default: all cores on a space of 67M or more]")
-@click.option("--robust", "robust", multiple=True, metavar="RANGE|FILE",
-              help="a link field that varies over a run, cluster.<tier>.<field>=LOW..HIGH (e.g. "
-                   "cluster.cross_building.loss_rate=1e-6..1e-3), or a YAML file of them: also find the "
-                   "configuration with the best expected (or worst-case) time over seeded samples, exactly")
-@click.option("--robust-samples", type=STRICT_INT, default=16, show_default=True, help="samples of the ranges")
-@click.option("--robust-objective", type=click.Choice(["mean", "worst"]), default="mean", show_default=True)
-@click.option("--robust-seed", type=STRICT_INT, default=0, show_default=True)
-@params_option
-@click.option("--json", "as_json", is_flag=True)
-def search(top_k, out_dir, space_name, workers, robust, robust_samples, robust_objective, robust_seed, params_file,
-           as_json, **kw):
-    """Exhaustive search of the whole legal space: the optimum and why (with --robust, also the
-    optimum of the expected or worst-case time when a link varies)."""
-    from tqdm import tqdm
-
-    from .costmodel import evaluate as evaluate_one
-    from .launch import check_out_dir, config_text, launch_summary, write_launch_dir
-    from .space import SPACE_PRESETS, SearchSpace
-    from .strategies import exhaustive_search
-    if not 1 <= top_k <= MAX_TOP_K:
-        raise UserInputError("--top", top_k, f"an integer from 1 to {MAX_TOP_K}")
-    if workers is not None and not 1 <= workers <= MAX_JOBS:
-        raise UserInputError("--workers", workers, f"an integer from 1 to {MAX_JOBS}")
-    params = _params(params_file)
-    scen = _scenario(kw)
-    space = SearchSpace(scen, **SPACE_PRESETS[space_name]).require_legal()
-    if top_k > space.legal_count():
-        raise UserInputError("--top", top_k, f"at most the legal count of this space ({space.legal_count():,})")
-    ranges = None
-    if robust:
-        from .robust import parse_ranges
-        if not 2 <= robust_samples <= MAX_ROBUST_SAMPLES:
-            raise UserInputError("--robust-samples", robust_samples, f"an integer from 2 to {MAX_ROBUST_SAMPLES}")
-        ranges = parse_ranges(robust, scen)           # every range checked before any work
-    if out_dir is not None:
-        check_out_dir(out_dir)
-    with tqdm(total=space.legal_count(), unit="cfg", unit_scale=True, disable=as_json or not sys.stderr.isatty(),
-              desc="exhaustive") as bar:
-        res = exhaustive_search(space, params, progress=bar.update, top_k=top_k, workers=workers)
-    top = [(c, evaluate_one(scen, c, params, check=False)) for c, _ in res.top]
-    data = _header(scen) | {"legal_count": res.legal_count, "feasible_count": res.feasible_count,
-            "elapsed_s": res.elapsed_s, "evaluated_count": res.evaluated_count,
-            "pruned_fraction": res.pruned_fraction, "best": top[0][1].to_dict() if top else None,
-            "top": [{"rank": i, "config_text": config_text(c), **e.to_dict()} for i, (c, e) in enumerate(top, 1)]}
-    if top:
-        data["best"]["launch"] = launch_summary(top[0][0], scen, params)
-        data["best"]["config_text"] = config_text(top[0][0])
-        if out_dir is not None:
-            data["files"] = write_launch_dir(out_dir, scen, top, "autotune search " + " ".join(sys.argv[2:]))
-    if top:
-        from .analysis import leave_slow_out
-        alone = leave_slow_out(scen, res.best_iteration_time_s, params, SPACE_PRESETS[space_name])
-        if alone is not None:
-            data["fastest_buildings_only"] = alone
-    if ranges is not None:
-        from .robust import robust_search
-        from .specs.config import Config
-        data["robust"] = robust_search(scen, ranges, robust_samples, robust_objective, robust_seed, params,
-                                       space_options=SPACE_PRESETS[space_name])
-        data["robust"]["robust_config_text"] = config_text(Config(**data["robust"]["robust_config"]))
-
-    def human(d):
-        _print_header(d)
-        click.echo(f"searched {d['legal_count']:,} legal configurations ({d['feasible_count']:,} fit in memory) "
-                   f"in {d['elapsed_s']:.2f} s; {d['evaluated_count']:,} evaluated in full, "
-                   f"{100 * d['pruned_fraction']:.1f}% proved out by memory or the lower bound")
-        b = d["best"]
-        if b is None:
-            click.echo("no configuration fits in memory")
-            return
-        click.echo(f"best: {b['config_text']}")
-        _print_evaluation(b)
-        _print_launch(b["launch"])
-        if len(d["top"]) > 1:
-            click.echo(f"top {len(d['top'])}:")
-            for r in d["top"]:
-                click.echo(f"  {r['rank']:>3}  {r['iteration_time_s']:.4f} s  {r['config_text']}")
-        if "fastest_buildings_only" in d:
-            _print_leave_out(d["fastest_buildings_only"], b["iteration_time_s"])
-        if "robust" in d:
-            _print_robust(d["robust"])
-        for f in d.get("files", []):
-            click.echo(f"wrote {f}")
-    _emit(data, as_json, human)
-
-
-def _print_leave_out(r: dict, best_s: float) -> None:
-    head = f"fastest buildings alone ({r['buildings']} buildings, {r['gpus']:,} GPUs, same global batch):"
-    if r["iteration_time_s"] is None:
-        click.echo(f"{head} no legal configuration ({r.get('why_none', 'none fits in memory')})")
-        return
-    gain = r["every_building_gain_pct"]
-    verdict = (f"they take {gain:.1f}% longer than every building" if gain >= 0 else
-               f"every building takes {100 * (best_s / r['iteration_time_s'] - 1):.1f}% longer: leave the slow "
-               "buildings out")
-    from .launch import config_text
-    from .specs.config import Config
-    click.echo(f"{head} {r['iteration_time_s']:.4f} s; {verdict}")
-    click.echo(f"  {config_text(Config(**r['config']))}")
-
-
-def _print_robust(r: dict) -> None:
-    what = "expected" if r["objective"] == "mean" else "worst-case"
-    ranges = ", ".join(f"{x['path']} {x['low']:g}..{x['high']:g}" for x in r["ranges"])
-    click.echo(f"robust ({what} time over {len(r['samples'])} samples of {ranges}, seed {r['seed']}"
-               f"{', exact' if r['exact'] else ', NOT proven exact: top K reached its limit'}):")
-    click.echo(f"  robust optimum  {r['robust_s']:.4f} s  {r['robust_config_text']}")
-    if r["same_config"]:
-        click.echo("  the nominal optimum is also the robust one (regret 0)")
-    else:
-        click.echo(f"  nominal optimum {r['nominal_s']:.4f} s under the samples ({r['nominal_at_spec_s']:.4f} s at the spec): "
-                   f"regret {r['nominal_regret_s']:.4f} s ({r['nominal_regret_pct']:.2f}%)")
-
-
-MAX_ROBUST_SAMPLES = 256
-"""Largest --robust-samples: each sample is one exact search."""
-MAX_BENCH_ROWS = 1 << 22
-"""Largest --rows of bench: the sampled batch takes about 170 bytes per row (~0.7 GB)."""
-MAX_TRIALS = 10_000_000
-"""Largest --trials / --budget: a budget beyond it is a typo, not a study."""
-MAX_SEEDS = 1000
-"""Largest compare --seeds."""
-MAX_JOBS = 1024
-"""Largest --jobs: processes beyond the machine's CPUs only add start-up cost."""
-MAX_TOP_K = 1000
-"""Largest --top: each kept configuration is evaluated again for its breakdown."""
-
-
-def _print_launch(launch: dict) -> None:
-    click.echo("  launch: " + " ".join(f"{k}={v}" for k, v in launch["nccl_env"].items()))
-    for n in launch["notes"]:
-        click.echo(f"          {n}")
 
 
 def _study_options(f):
@@ -495,150 +353,6 @@ def compare(strategies, budget, seeds, out_dir, seed_baselines, params_file, tra
 
 
 @cli.command()
-@click.option("--runs", default=None, help="CSV with the columns of published_runs.csv (default: the shipped "
-              "published runs); 'reserved': the shipped independent check, runs no fit has seen (score only)")
-@click.option("--fit", is_flag=True, help="refit the efficiency parameters on these runs first")
-@click.option("--write", "write_path", default=None, help="with --fit: write the parameters to this YAML")
-@click.option("--loso", is_flag=True, help="leave-one-source-family-out: for each source family, fit on the other "
-              "families' rows and score the held-out family's rows (each row scored once, by a fit that never saw it)")
-@click.option("--jobs", type=STRICT_INT, default=0, help="with --loso: fits run in this many processes (0 = one per CPU)")
-@params_option
-@click.option("--json", "as_json", is_flag=True)
-def validate(runs, fit, write_path, loso, jobs, params_file, as_json):
-    """Error of the cost model on measured runs, row by row (in-sample, or held out by source family)."""
-    from .validation import default_jobs, fit_params, loso as run_loso, one_line, write_params
-    from .validation import validate as run_validation
-    if jobs < 0:
-        raise UserInputError("--jobs", jobs, "0 (one per CPU) or a positive number of processes")
-    if jobs > MAX_JOBS:
-        raise UserInputError("--jobs", jobs, f"at most {MAX_JOBS} processes")
-    if fit or loso:
-        from .extras import require
-        require("fit", "--loso" if loso else "--fit", True)
-    if runs == "reserved":
-        if fit or loso:
-            raise UserInputError("--runs", runs, "scored only: the reserved runs are the independent check that "
-                                 "no fit may see (drop --fit / --loso)")
-        from .validation import reserved_runs_path
-        runs = str(reserved_runs_path())
-    if params_file is not None and (fit or loso):
-        raise UserInputError("--params", params_file, "not with --fit or --loso (they fit the parameters); "
-                             "alone it scores the runs with the file's parameters")
-    if loso:
-        if fit or write_path:
-            raise UserInputError("--fit" if fit else "--write", write_path if write_path else True,
-                                 "not with --loso (it fits once per held-out family; use --fit --write alone "
-                                 "to write a calibration)")
-        data = run_loso(runs, jobs=jobs or default_jobs(), progress=not as_json and sys.stderr.isatty())
-    else:
-        params = _params(params_file)
-        if fit:
-            params, report = fit_params(runs)
-            if write_path:
-                write_params(params, write_path, report)
-        data = run_validation(runs, params)
-
-    def pct(v):
-        return "   -" if v is None else f"{v:5.1f}%"
-
-    def rho(v):
-        return "  n/a" if v is None else f"{v:+.2f}"
-
-    def ranks(d, label, compare_label=None):
-        rc = d["rank_correlation"]
-        click.echo(f"rank correlation ({label}): Spearman rho of predicted vs measured, per configuration group "
-                   "(one source family, same model architecture, GPU and metric, >= 3 rows, >= 2 layouts)")
-        head = f"  {'family':<28} {'model':<18} {'gpu':<10} {'n':>3} {'meas. spread':>12} {'rho':>6}"
-        click.echo(head + (f" {compare_label:>10}" if compare_label else "") + "  varies")
-        for g in rc["groups"]:
-            line = (f"  {g['family'][:28]:<28} {g['model'][:18]:<18} {g['gpu'][:10]:<10} {g['n']:>3} "
-                    f"{g['measured_spread_pct']:>11.1f}% {rho(g['spearman']):>6}")
-            if compare_label:
-                line += f" {rho(g.get('spearman_compare')):>10}"
-            click.echo(line + "  " + ",".join(g["varies"]))
-        click.echo(f"  min rho {rho(rc['min_spearman'])} over {rc['n_groups']} groups"
-                   + (f" ({rc['n_undefined']} undefined: constant values)" if rc["n_undefined"] else "")
-                   + (f"; mean {rho(rc['mean_spearman'])}" if rc["mean_spearman"] is not None else ""))
-
-    def skipped_and_ignored(d):
-        for s in d["skipped"]:
-            click.echo(f"{s['row']:4d} SKIPPED {s['model_name'][:34]}: row {s['row']} (line {s['line']}): "
-                       f"{s['reason']}")
-        if d["ignored_columns"]:
-            click.echo("ignored columns (not columns of published_runs.csv): " + ", ".join(d["ignored_columns"]))
-
-    def human(d):
-        for r in d["rows"]:
-            click.echo(f"{r['row']:4d} {one_line(r['model_name'], 34):<34} {r['measured_metric']:<22} "
-                       f"measured {r['measured']:>10.2f}  predicted {r['predicted']:>10.2f}  APE {r['ape']:5.1f}%")
-            if r.get("assumptions"):
-                click.echo("       assumed: " + "; ".join(r["assumptions"]))
-        skipped_and_ignored(d)
-        click.echo(f"n={d['n']} scored, {len(d['skipped'])} skipped; median APE {d['median_ape']:.2f}%, "
-                   f"90th percentile {d['p90_ape']:.2f}%")
-        mem = d.get("memory") or {}
-        if mem.get("n"):
-            click.echo(f"memory: {mem['n']} rows with a measured peak; predicted vs measured median |error| "
-                       f"{mem['median_ape']:.1f}%, 90th percentile {mem['p90_ape']:.1f}%")
-        ranks(d, "in-sample")
-
-    def human_loso(d):
-        skipped_and_ignored(d)
-        click.echo(f"leave-one-source-family-out: {d['n_families']} families, {d['n']} rows scored "
-                   f"({len(d['skipped'])} skipped); each row predicted by the fit on the other families")
-        click.echo(f"  {'held-out family':<44} {'rows':>4} {'fit rows':>8} {'median':>7} {'p90':>7} "
-                   f"{'in-sample':>10} {'shipped':>8}")
-        for f in d["families"]:
-            click.echo(f"  {f['family'][:44]:<44} {f['rows']:>4} {f['fit_rows']:>8} {pct(f['median_ape']):>7} "
-                       f"{pct(f['p90_ape']):>7} {pct(f['in_sample_median_ape']):>10} {pct(f['shipped_median_ape']):>8}")
-        i, s = d["in_sample"], d["shipped"]
-        click.echo(f"  {'all rows, held out (each row once)':<44} {d['n']:>4} {'':>8} {pct(d['median_ape']):>7} "
-                   f"{pct(d['p90_ape']):>7} {pct(i['median_ape']):>10} {pct(s['median_ape']):>8}")
-        click.echo(f"  in-sample (the same fit on all rows): median {i['median_ape']:.2f}%, p90 {i['p90_ape']:.2f}%; "
-                   f"shipped calibration: median {s['median_ape']:.2f}%, p90 {s['p90_ape']:.2f}%")
-        click.echo(f"  held out: median {d['median_ape']:.2f}%, p90 {d['p90_ape']:.2f}%  "
-                   f"({d['seconds']:.0f} s, {d['jobs']} process(es))")
-        ranks(d, "held out", "in-sample")
-    _emit(data, as_json, human_loso if loso else human)
-
-
-@cli.command()
-@click.option("--data", "data_path", default=None, help="folder with gpu_kernels.csv and gpu_layers.csv "
-              "(default: the shipped H100 measurements)")
-@click.option("--fit", is_flag=True, help="also fit the kernel parameters on a seeded half of each kind's cases "
-              "and score the other half")
-@click.option("--json", "as_json", is_flag=True)
-def kernels(data_path, fit, as_json):
-    """The cost model's kernel terms (GEMM, expert GEMM, attention, memory-bound, whole layers)
-    against kernels measured on one H100, per kind."""
-    from .kernelcheck import run as run_kernels
-    if fit:
-        from .extras import require
-        require("fit", "--fit", True)
-    data = run_kernels(data_path, fit)
-
-    def table(title, section):
-        click.echo(title)
-        click.echo(f"  {'kind':<22} {'n':>4} {'median |err|':>13} {'p90 |err|':>10} {'median err':>11}")
-        for kind, st in section["by_kind"].items():
-            click.echo(f"  {kind:<22} {st['n']:>4} {st['median_abs_err_pct']:>12.1f}% {st['p90_abs_err_pct']:>9.1f}% "
-                       f"{st['median_signed_err_pct']:>+10.1f}%")
-
-    def human(d):
-        click.echo(f"{d['cases']} measured cases on {d['gpu']}; err = predicted / measured - 1 (+: model slower)")
-        table("shipped calibration (fit on published training runs):", d["shipped"])
-        if "kernel_fit" in d:
-            kf = d["kernel_fit"]
-            click.echo("kernel fit: " + ", ".join(f"{k}={v:.3g}" for k, v in kf["params"].items()))
-            table(f"kernel fit on {kf['fit_cases']} cases, scored on the {kf['held_out_cases']} held out:", kf)
-        for kind, why in d["not_modelled"].items():
-            click.echo(f"not modelled: {kind}: {why}")
-        for line in d["skipped"]:
-            click.echo(f"skipped {line}")
-    _emit(data, as_json, human)
-
-
-@cli.command()
 @click.option("--rows", type=STRICT_INT, default=1 << 18, help="configurations in the batch timing")
 @click.option("--json", "as_json", is_flag=True)
 def bench(rows, as_json):
@@ -722,6 +436,8 @@ def calibrate(backend, backend_options, xb_mbit, n_configs, holdout, seed, out_p
 for _command in (explain, timeline, sensitivity, report, importance):      # why a configuration wins: cli_explain.py
     cli.add_command(_command)
 cli.add_command(propose)                                                   # a learned agent's one-shot answer
+for _command in (search, validate, kernels):                                # cli_search.py, cli_validate.py
+    cli.add_command(_command)
 
 
 def main(argv=None) -> int:

@@ -162,3 +162,24 @@ def _check_file_target(path: str, option: str) -> None:
     p = Path(path)
     if p.is_dir() or not p.parent.is_dir():
         raise UserInputError(option, path, "a file path in an existing folder")
+
+
+MAX_ROBUST_SAMPLES = 256
+"""Largest --robust-samples: each sample is one exact search."""
+MAX_TRIALS = 10_000_000
+"""Largest --trials / --budget: a budget beyond it is a typo, not a study."""
+MAX_SEEDS = 1000
+"""Largest compare --seeds."""
+MAX_JOBS = 1024
+"""Largest --jobs: processes beyond the machine's CPUs only add start-up cost."""
+MAX_TOP_K = 1000
+"""Largest --top: each kept configuration is evaluated again for its breakdown."""
+MAX_BENCH_ROWS = 1 << 22
+"""Largest --rows of bench: the sampled batch takes about 170 bytes per row (~0.7 GB)."""
+
+
+
+def _print_launch(launch: dict) -> None:
+    click.echo("  launch: " + " ".join(f"{k}={v}" for k, v in launch["nccl_env"].items()))
+    for n in launch["notes"]:
+        click.echo(f"          {n}")

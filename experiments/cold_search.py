@@ -19,7 +19,9 @@ exact optimum (``exhaustive_search`` with those parameters); the model-informed 
 with the shipped calibration, as they would in front of a real cluster.
 
 Strategies (``--strategies``): ``tpe`` (cold, start-up drawn from the legal space), ``tpe_model``
-(TPE with the model's diverse top 20 as start-up), ``guided``, ``random``. Each seed is a fresh
+(TPE with the model's diverse top 20 as start-up), ``tpe_fits`` (start-up drawn from the legal
+configurations the memory model says fit), ``tpe_constraint`` (cold, out of memory as an
+Optuna constraint), ``guided``, ``random``. Each seed is a fresh
 in-memory study seeded with the production configuration, so every curve starts at production.
 Writes experiments/out/cold_search.{json,md} (copy to experiments/results/ to publish).
 """
@@ -37,8 +39,12 @@ from autotune.costmodel.params import CostParams, default_params
 from autotune.envs.design_points import DesignPointSet
 from autotune.sweep import dataclass_args
 
-STRATEGIES = {"tpe": ("tpe", {}), "tpe_model": ("tpe", {"startup": "model"}), "guided": ("guided", {}),
-              "random": ("random", {})}
+STRATEGIES = {"tpe": ("tpe", {}, {}), "tpe_model": ("tpe", {"startup": "model"}, {}),
+              "tpe_fits": ("tpe", {"startup": "fits"}, {}),
+              "tpe_constraint": ("tpe", {}, {"infeasible": "constraint"}), "guided": ("guided", {}, {}),
+              "random": ("random", {}, {})}
+"""name: (strategy, strategy options, study options). tpe_constraint: out of memory as an Optuna
+constraint (its deficit informs the sampler) instead of a failed trial."""
 
 PERTURBATION = {
     # parameter: (low factor, high factor) around the shipped value, drawn log-uniformly
@@ -103,9 +109,9 @@ def main() -> None:
         row["shipped_model_optimum_under_truth_pct"] = 100 * (e.iteration_time_s / opt["optimum_s"] - 1) \
             if e.feasible else None
         for n in names:
-            strategy, options = STRATEGIES[n]
+            strategy, options, study_options = STRATEGIES[n]
             r = run_strategy_curves(scen, strategy, args.budget, args.seeds, opt["optimum_s"],
-                                    strategy_options=options or None, known_baselines=base,
+                                    strategy_options=options or None, known_baselines=base, **study_options,
                                     backend="costmodel", backend_options={"params": str(truth_file)})
             row["strategies"][n] = {k: r[k] for k in ("median_gap_pct", "gaps_pct", "median_trials_to_1pct",
                                                       "median_trials_to_5pct", "median_elapsed_s")}

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
+from autotune.analysis import buildings_only
 from autotune.envs.design_points import TIER, sample_scenario
 from autotune.errors import UserInputError
 from autotune.space import SearchSpace
@@ -70,11 +71,7 @@ def main() -> None:
         gpus = [f"cluster.buildings.{b}.gpu={slow if b in slow_ids else fast}" for b in range(B)]
         scen = build_scenario(gen.model.name, gen.cluster.name, gpus=args.gpus_per_building * B, overrides=net + gpus)
         c = scen.cluster
-        kept = tuple(b for j, b in enumerate(c.buildings) if j not in slow_ids)
-        # the same global batch (the default one is rounded per building count)
-        fast_only = scen.model_copy(update={"cluster": c.model_copy(update={"buildings": kept}),
-                                            "workload": scen.workload.model_copy(
-                                                update={"global_batch_seqs": scen.global_batch_seqs})})
+        fast_only = buildings_only(scen, [j for j in range(B) if j not in slow_ids])
         t_even, _ = best_time(scen, hetero=("even",))
         t_all, cfg_all = best_time(scen)
         t_fast, cfg_fast = best_time(fast_only)

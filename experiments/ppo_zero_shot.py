@@ -27,6 +27,11 @@ def main():
     ap.add_argument("--steps", type=int, default=100_000)
     ap.add_argument("--train-points", type=int, default=24)
     ap.add_argument("--test-points", type=int, default=8)
+    ap.add_argument("--generated-points", type=int, default=0, help="generated training points (other and mixed "
+                    "hardware, seeds disjoint from the test's) on top of --train-points")
+    ap.add_argument("--imitation-epochs", type=int, default=0, help="behaviour cloning of each training point's "
+                    "exact top configurations before PPO (0: PPO alone)")
+    ap.add_argument("--imitation-top-k", type=int, default=4)
     ap.add_argument("--samples", type=int, default=16, help="policy samples for the refined figure")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--test-seed", type=int, default=None, help="seed of the unseen design points (default: --seed); "
@@ -44,9 +49,13 @@ def main():
     if a.policy is None:
         a.policy = str(DEFAULT_POLICY if a.skip_train else Path("experiments/out/ppo_scale_across.zip"))
     if not a.skip_train:
-        card = train(a.steps, a.train_points, a.seed, Path(a.policy))
+        card = train(a.steps, a.train_points, a.seed, Path(a.policy), n_generated=a.generated_points,
+                     imitation_top_k=a.imitation_top_k, imitation_epochs=a.imitation_epochs)
     model = load(a.policy)
     test = DesignPointSet(a.test_points, a.test_split, a.seed if a.test_seed is None else a.test_seed)
+    if card is not None:
+        seen = {t["key"] for t in card["train_scenarios"]}
+        assert not seen & {p.scenario.key for p in test.points}, "a test point is a training point"
     rows = []
     for p in test.points:
         t0 = time.perf_counter()

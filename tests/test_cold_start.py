@@ -52,3 +52,16 @@ def test_unseen_points_are_outside_the_presets_and_the_training_grid():
     for p in pts:
         t = p.scenario.cluster.inter_building_tier
         assert t.oversubscription not in (1.0, 2.8, 4.5, 8.0, 12.0) and p.scenario.n_gpus % 256 == 0
+
+
+def test_startup_through_the_cli(tmp_path):
+    import json
+
+    from tests.test_hardening import run
+    base = ["study", "--model", "llama3-8b", "--cluster", "metro-2bldg", "--gpus", "64", "--strategy", "tpe",
+            "--trials", "3", "--storage", f"sqlite:///{tmp_path}/s.db", "--no-tracking", "--json"]
+    code, out, err = run(base + ["--strategy-option", "startup=model"])
+    assert code == 0, err
+    assert json.loads(out)["n_trials"] >= 3
+    code, out, err = run(base + ["--study-name", "bad", "--strategy-option", "startup=best"])
+    assert code == 2 and "startup" in err and "legal, fits, model, index" in err and len(err.strip().splitlines()) == 1

@@ -42,10 +42,11 @@ def test_unrunnable_configuration_is_refused_before_any_process_starts():
 
 def test_a_crashing_rank_fails_the_job_with_its_own_message_and_everything_is_reaped():
     s = small()
-    job = job_for(s, Config(tp=1, pp=1, dp=2, dp_flavour="ddp"), warmup=1, steps=1) | {"crash_rank": 1}
+    tag = f"reaped-{os.getpid()}-{os.urandom(4).hex()}"      # this job's ranks alone: other runs may be on the machine
+    job = job_for(s, Config(tp=1, pp=1, dp=2, dp_flavour="ddp"), warmup=1, steps=1) | {"crash_rank": 1, "test_tag": tag}
     out = run_job(job, timeout_s=120)
     assert "rank 1" in out["error"] and "injected failure on rank 1" in out["error"]
-    left = subprocess.run(["pgrep", "-f", "autotune.workloads.train"], capture_output=True, text=True).stdout
+    left = subprocess.run(["pgrep", "-f", tag], capture_output=True, text=True).stdout
     assert not left.strip()
 
 
@@ -62,6 +63,13 @@ def test_study_through_the_cli_with_the_local_torch_backend(tmp_path):
     assert d["best_iteration_time_s"] is None or d["best_iteration_time_s"] > 0
 
 
+def ours() -> list[str]:
+    """Emulated-building namespaces this test process owns (named autotune-<owner pid>-...):
+    another run on the machine may hold its own."""
+    from autotune.workloads.netns import PREFIX, our_namespaces
+    return [ns for ns in our_namespaces() if ns.startswith(f"{PREFIX}-{os.getpid()}-")]
+
+
 def _namespaces_or_skip():
     from autotune.workloads.netns import NamespaceUnavailable, check_available
     try:
@@ -76,7 +84,6 @@ def test_a_shaped_cross_building_link_slows_dp_out_by_about_what_the_model_predi
     (same scenario, cross-building bandwidth set to the shaped rate). Nothing is left behind."""
     _namespaces_or_skip()
     from autotune.costmodel import evaluate
-    from autotune.workloads.netns import our_namespaces
     s = small()
     c = Config(tp=1, pp=1, dp=2, dp_flavour="ddp")
     free = LocalTorchBackend(warmup=1, steps=3, timeout_s=120, emulate="true").measure(s, c)
@@ -89,17 +96,17 @@ def test_a_shaped_cross_building_link_slows_dp_out_by_about_what_the_model_predi
     print(f"shaped 50 Mbit/s: step +{measured:.3f} s measured, +{predicted:.3f} s predicted")   # -s shows it
     assert measured > 0 and predicted > 0
     assert 1 / 2.5 < measured / predicted < 2.5, (measured, predicted)
-    assert not our_namespaces()
+    assert not ours()
 
 
 def test_emulation_is_torn_down_when_a_rank_crashes():
     _namespaces_or_skip()
-    from autotune.workloads.netns import EmulatedBuildings, our_namespaces
+    from autotune.workloads.netns import EmulatedBuildings
     job = job_for(small(), Config(tp=1, pp=1, dp=2, dp_flavour="ddp"), warmup=1, steps=1) | {"crash_rank": 0}
     with EmulatedBuildings(2, 100) as eb:
         out = run_job(job, timeout_s=120, netns=eb.netns, master_addr=eb.addr[0], ifname=eb.ifname)
     assert "injected failure on rank 0" in out["error"]
-    assert not our_namespaces()
+    assert not ours()
 
 
 CALIBRATE = ["calibrate", "--model", "llama-mini", "--cluster", "local-2bldg", "--gpus", "2",

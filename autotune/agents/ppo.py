@@ -1,10 +1,15 @@
 """PPO across design points, read top to bottom (CleanRL spirit, sb3-contrib MaskablePPO).
 
-1. Build a training set of design points (autotune.envs.design_points) and the one-step environment.
-2. Train MaskablePPO on it: each episode is one design point, one configuration, one reward
-   (log speedup over the production configuration).
-3. Save the policy (zip) next to a small JSON card (training cost, design points seen).
-4. Propose for any scenario, seen or not: its features go through the policy once (deterministic
+1. Build a training set of design points (autotune.envs.design_points): the "train" grid over the
+   preset hardware, plus generated points of other and mixed hardware ("unseen" generator, seeds
+   disjoint from every evaluation seed), and the one-step environment.
+2. Imitation first: the policy's log-likelihood of each training point's exact top configurations
+   (``exhaustive_search``, encoded as actions) is maximised for a few epochs, so PPO starts from
+   what the exact search knows instead of from uniform noise over 17 knobs.
+3. Then MaskablePPO: each episode is one design point, one configuration, one reward (log
+   speedup over the production configuration).
+4. Save the policy (zip) next to a small JSON card (training cost, design points seen).
+5. Propose for any scenario, seen or not: its features go through the policy once (deterministic
    = zero-shot); with a budget, sample more actions from the policy and keep the best.
 """
 from __future__ import annotations
@@ -14,6 +19,7 @@ import time
 import zipfile
 from pathlib import Path
 
+import numpy as np
 
 from autotune.envs.design_points import DesignPointSet, make_point
 from autotune.envs.scale_across import ACTION_SIZES, ScaleAcrossEnv
@@ -25,22 +31,95 @@ TRAIN_OUT = Path("ppo-policy") / "ppo_scale_across.zip"
 (to ship a new policy, copy it over DEFAULT_POLICY in a source checkout)."""
 
 
+UNSEEN_TRAIN_SEED_OFFSET = 1000
+"""Generated ("unseen"-generator) training points use seed + this: evaluation sets use seeds below it."""
+
+
+class _Points:
+    def __init__(self, points):
+        self.points = list(points)
+
+
+def action_for(env, config) -> np.ndarray:
+    """The action that decodes to ``config`` in ``env``'s current design point (its knobs'
+    indices, ``FlatEncoding.encode``, mapped onto the fixed action sizes), or None where the
+    fixed sizes cannot reach it."""
+    idx = env.point.encoding.encode(config)
+    enc = env.point.encoding
+    a = []
+    for k in env.names:
+        size, n = enc.sizes[enc.names.index(k)], ACTION_SIZES[k]
+        a.append(min(n - 1, -(-idx[k] * n // size)))       # ceil: decode floors back to idx[k]
+    a = np.array(a, dtype=np.int64)
+    return a if env.decode(a) == config else None
+
+
+def imitation_data(points, top_k: int) -> tuple:
+    """(observations, actions, masks) of every training point's exact top ``top_k`` configurations."""
+    from autotune.strategies.exhaustive import exhaustive_search
+    env = ScaleAcrossEnv(design_points=points)
+    obs, acts, masks = [], [], []
+    for i, p in enumerate(points.points):
+        o, _ = env.reset(options={"index": i})
+        m = env.action_masks()
+        for cfg, _ in exhaustive_search(p.space, top_k=top_k, workers=1).top:
+            a = action_for(env, cfg)
+            if a is not None:
+                obs.append(o), acts.append(a), masks.append(m)
+    return np.array(obs), np.array(acts), np.array(masks)
+
+
+def imitate(model, data, epochs: int, lr: float = 1e-3, seed: int = 0) -> float:
+    """Maximise the policy's log-likelihood of ``data``'s actions (behaviour cloning), in place;
+    returns the last epoch's mean negative log-likelihood."""
+    import torch
+    obs, acts, masks = (torch.as_tensor(x) for x in data)
+    opt = torch.optim.Adam(model.policy.parameters(), lr=lr)
+    g = torch.Generator().manual_seed(seed)
+    loss_v = float("nan")
+    for _ in range(epochs):
+        perm, total = torch.randperm(len(obs), generator=g), 0.0
+        for j in range(0, len(obs), 256):
+            b = perm[j:j + 256]
+            _, logp, _ = model.policy.evaluate_actions(obs[b], acts[b], action_masks=masks[b])
+            loss = -logp.mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            total += float(loss.detach()) * len(b)
+        loss_v = total / len(obs)
+    return loss_v
+
+
 def train(total_steps: int = 60_000, n_points: int = 24, seed: int = 0, out: Path = TRAIN_OUT,
-          verbose: int = 0) -> dict:
+          verbose: int = 0, n_generated: int = 0, imitation_top_k: int = 4, imitation_epochs: int = 0) -> dict:
+    """PPO over ``n_points`` grid points and ``n_generated`` generated ones; with
+    ``imitation_epochs`` > 0, behaviour cloning of the exact top ``imitation_top_k`` first."""
     from sb3_contrib import MaskablePPO
     t0 = time.perf_counter()
-    points = DesignPointSet(n_points, "train", seed)
+    points = _Points(DesignPointSet(n_points, "train", seed).points +
+                     (DesignPointSet(n_generated, "unseen", UNSEEN_TRAIN_SEED_OFFSET + seed).points if n_generated else []))
     env = ScaleAcrossEnv(design_points=points)
     t_points = time.perf_counter() - t0
+    # after imitation, PPO refines: a smaller step and no entropy bonus keep it near what it imitated
+    # (chosen on a validation set of generated points, seed 7, never the test seed)
+    lr, ent, arch = (1e-4, 0.0, [512, 512]) if imitation_epochs else (3e-4, 0.01, [128, 128])
     model = MaskablePPO("MlpPolicy", env, seed=seed, verbose=verbose, n_steps=1024, batch_size=256,
-                        n_epochs=10, learning_rate=3e-4, gamma=0.0, gae_lambda=1.0, ent_coef=0.01,
-                        policy_kwargs={"net_arch": [128, 128]}, device="cpu")
-    model.learn(total_timesteps=total_steps)
+                        n_epochs=10, learning_rate=lr, gamma=0.0, gae_lambda=1.0, ent_coef=ent,
+                        policy_kwargs={"net_arch": arch}, device="cpu")
+    nll = None
+    if imitation_epochs:
+        nll = imitate(model, imitation_data(points, imitation_top_k), imitation_epochs, seed=seed)
+    t_imitation = time.perf_counter() - t0 - t_points
+    if total_steps:
+        model.learn(total_timesteps=total_steps)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     model.save(out)
-    card = {"total_steps": total_steps, "n_points": n_points, "seed": seed,
-            "design_point_s": t_points, "train_s": time.perf_counter() - t0 - t_points,
+    card = {"total_steps": total_steps, "n_points": n_points, "n_generated": n_generated, "seed": seed,
+            "imitation_epochs": imitation_epochs, "imitation_top_k": imitation_top_k, "imitation_nll": nll,
+            "design_point_s": t_points, "imitation_s": t_imitation,
+            "train_s": time.perf_counter() - t0 - t_points - t_imitation,
             "train_scenarios": [p.scenario.summary() | {"key": p.scenario.key} for p in points.points]}
     out.with_suffix(".json").write_text(json.dumps(card, indent=2))
     return card

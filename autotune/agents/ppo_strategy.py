@@ -19,7 +19,7 @@ class PPOStrategy(Strategy):
 
         from .ppo import DEFAULT_POLICY, load
         self._model = load(self.policy or DEFAULT_POLICY)
-        point = make_point(space.scenario, space, encoding)
+        point = make_point(space.scenario, space)       # the policy decodes over what fits; the study encodes
 
         class _One:
             points = [point]

@@ -248,13 +248,16 @@ def speed_types(scenario, p: CostParams) -> tuple:
     constants charge, over the same layer on a cluster of that GPU alone (>= 1). Cached per
     scenario object and parameters."""
     from .scenario_consts import _compute_consts, scenario_consts
-    c = scenario.cluster
-    if len({b.gpu for b in c.buildings}) < 2:
-        return ()
     key = (id(scenario), p)
-    hit = _SPEEDS.get(key)
+    hit = _SPEEDS.get(key)                 # first: iteration_formulas asks once per chunk
     if hit is not None and hit[0] is scenario:
         return hit[1]
+    c = scenario.cluster
+    if len({b.gpu for b in c.buildings}) < 2:
+        if len(_SPEEDS) > 32:
+            _SPEEDS.clear()
+        _SPEEDS[key] = (scenario, ())
+        return ()
 
     def layer_s(kk) -> float:
         t = compute_terms(kk, p, 1.0, 1.0, 1.0, 1.0, SCALAR)

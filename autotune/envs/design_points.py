@@ -102,6 +102,11 @@ def scenario_features(s: Scenario) -> np.ndarray:
         lg(t.bandwidth_Bps) / 40, lg(t.oversubscription + 1) / 4, lg(t.one_way_latency_s * 1e6 + 1) / 14,
         math.log10(t.loss_rate + 1e-9) / -9, lg(t.n_paths) / 12,
         float(len({b.region for b in c.buildings}) > 1),
+        # mixed and other hardware: the slowest GPU against the fastest, the smallest HBM against
+        # the largest, and the per-GPU NVLink and NIC rates
+        min(b.gpu.peak_flops_bf16 for b in c.buildings) / max(b.gpu.peak_flops_bf16 for b in c.buildings),
+        min(b.gpu.hbm_bytes for b in c.buildings) / max(b.gpu.hbm_bytes for b in c.buildings),
+        lg(g.nvlink_bandwidth_Bps) / 40, lg(g.nic_bandwidth_Bps) / 40,
     ], dtype=np.float32)
 
 
@@ -115,19 +120,38 @@ def production_features(s: Scenario, ev) -> np.ndarray:
     return np.array([*shares, min(ev.memory_per_gpu_bytes / hbm, 2.0)], dtype=np.float32)
 
 
-N_SCENARIO_FEATURES = 26
+N_SCENARIO_FEATURES = 30
 N_FEATURES = N_SCENARIO_FEATURES + len(BREAKDOWN_KEYS) + 1
 
 
-def make_point(s: Scenario, space: SearchSpace | None = None, encoding: FlatEncoding | None = None) -> DesignPoint:
+def fitting_space(space: SearchSpace) -> SearchSpace:
+    """A copy of ``space`` whose legal core keeps only the rows the memory model says fit (the
+    exact search's first pass, ``exhaustive.core_fits_and_bounds``; transport knobs never change
+    memory). The agent's actions decode over it, so every proposal fits by the model. Where no row
+    fits, the space itself: its proposals are then out of memory, and reported so."""
+    import copy
+
+    from autotune.space import take
+    from autotune.strategies.exhaustive import core_fits_and_bounds
+    core = space.legal_core
+    fits, _ = core_fits_and_bounds(space.scenario, core)
+    if not fits.any():
+        return space
+    out = copy.copy(space)
+    out.__dict__["legal_core"] = take(core, np.flatnonzero(fits))
+    return out
+
+
+def make_point(s: Scenario, space: SearchSpace | None = None) -> DesignPoint:
     """A design point with its production configuration evaluated once (its time is the reward's
-    reference; its breakdown is part of the observation)."""
+    reference; its breakdown is part of the observation). Its encoding runs over the rows that
+    fit in memory (``fitting_space``); ``space`` stays the whole legal space."""
     space = space or SearchSpace(s)
     prod = production_config(s, space)
     ev = evaluate(s, prod, check=False) if prod is not None else None
     t = ev.iteration_time_s if ev is not None else math.nan
     feats = np.concatenate([scenario_features(s), production_features(s, ev)])
-    return DesignPoint(s, space, encoding or FlatEncoding(space), t, feats)
+    return DesignPoint(s, space, FlatEncoding(fitting_space(space)), t, feats)
 
 
 class DesignPointSet:

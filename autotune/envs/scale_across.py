@@ -4,7 +4,8 @@
   production configuration's time goes (cost-model breakdown shares, memory fill) (Box).
 - action: one index per knob (MultiDiscrete, fixed sizes across design points). Each index picks,
   by scaling, among the values still legal given the knobs before it (the same sequential
-  decoding as the study's encoding), so every action is a legal configuration. The transport
+  decoding as the study's encoding) over the legal rows the memory model says fit
+  (``design_points.fitting_space``), so every action is a legal configuration that fits by the model. The transport
   knobs include NCCL's protocol and channel count; NCCL_BUFFSIZE and the bucket size take the
   space's single default value.
 - action_masks(): knobs with a single legal value in this design point (e.g. transport on one
@@ -29,7 +30,7 @@ from .design_points import N_FEATURES, DesignPointSet
 ACTION_SIZES = {"tp": 4, "cp": 4, "ep": 9, "pp_rank": 32, "placement": 5, "dp_flavour": 4, "pp_schedule": 7,
                 "pp_chunks": 6, "micro_batch": 4, "recompute": 3, "xb_load_balancing": 3,
                 "xb_queue_pairs": 5, "xb_loss_recovery": 2, "collective": 4, "nccl_protocol": 4,
-                "nccl_channels": 4}
+                "nccl_channels": 4, "hetero_split": 2}
 INFEASIBLE_BASE_REWARD = -1.0
 FAILED_REWARD = -3.0
 

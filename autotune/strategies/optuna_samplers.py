@@ -7,11 +7,14 @@ from ..trials import proposed_by, trial_config
 from .base import SAMPLER, Strategy
 from .samplers import CONSTRAINT_KEY, STARTUP_TRIALS, SUPPORTS_CONSTRAINTS, make_sampler  # noqa: F401 - public here too
 
-STARTUPS = ("legal", "model", "index")
+STARTUPS = ("legal", "fits", "model", "index")
 """How TPE's start-up trials are drawn (``--strategy-option startup=...``):
 
 - ``legal``: uniformly from the legal space (the default). Index vectors drawn uniformly are not
   uniform over legal configurations once decoded.
+- ``fits``: uniformly from the legal configurations the memory model says fit (of 256 legal
+  draws, the first that fits; a legal draw if none does). Uses the memory model only, not the
+  time model: what a user checks anyway before launching a run.
 - ``model``: the cost model's best-ranked configurations, a diverse batch
   (``guided.diverse_batch``: each at least 2 knobs from the others), ranked by the study
   scenario's model under the shipped calibration. For a real backend, where the model
@@ -63,5 +66,11 @@ class OptunaStrategy(Strategy):
             c = self._from_model(study)
             if c is not None:
                 return self.encoding.encode(c)
-        b = self.space.sample(1, seed=int(self.rng(study).integers(0, 2**63 - 1)))
-        return self.encoding.encode(config_at(b, 0))
+        n = 256 if self.startup == "fits" else 1
+        b = self.space.sample(n, seed=int(self.rng(study).integers(0, 2**63 - 1)))
+        i = 0
+        if self.startup == "fits":
+            from ..costmodel import evaluate_batch
+            fits = evaluate_batch(self.space.scenario, b, check=False)["feasible"]
+            i = int(fits.argmax()) if fits.any() else 0
+        return self.encoding.encode(config_at(b, i))

@@ -1,0 +1,153 @@
+"""``autotune validate`` and ``autotune kernels``: the cost model against measured runs and kernels."""
+from __future__ import annotations
+
+import sys
+
+import click
+
+from .cli_common import MAX_JOBS, STRICT_INT, _emit, _params, params_option
+from .errors import UserInputError
+
+
+@click.command()
+@click.option("--runs", default=None, help="CSV with the columns of published_runs.csv (default: the shipped "
+              "published runs); 'reserved': the shipped independent check, runs no fit has seen (score only)")
+@click.option("--fit", is_flag=True, help="refit the efficiency parameters on these runs first")
+@click.option("--write", "write_path", default=None, help="with --fit: write the parameters to this YAML")
+@click.option("--loso", is_flag=True, help="leave-one-source-family-out: for each source family, fit on the other "
+              "families' rows and score the held-out family's rows (each row scored once, by a fit that never saw it)")
+@click.option("--jobs", type=STRICT_INT, default=0, help="with --loso: fits run in this many processes (0 = one per CPU)")
+@params_option
+@click.option("--json", "as_json", is_flag=True)
+def validate(runs, fit, write_path, loso, jobs, params_file, as_json):
+    """Error of the cost model on measured runs, row by row (in-sample, or held out by source family)."""
+    from .validation import default_jobs, fit_params, loso as run_loso, one_line, write_params
+    from .validation import validate as run_validation
+    if jobs < 0:
+        raise UserInputError("--jobs", jobs, "0 (one per CPU) or a positive number of processes")
+    if jobs > MAX_JOBS:
+        raise UserInputError("--jobs", jobs, f"at most {MAX_JOBS} processes")
+    if fit or loso:
+        from .extras import require
+        require("fit", "--loso" if loso else "--fit", True)
+    if runs == "reserved":
+        if fit or loso:
+            raise UserInputError("--runs", runs, "scored only: the reserved runs are the independent check that "
+                                 "no fit may see (drop --fit / --loso)")
+        from .validation import reserved_runs_path
+        runs = str(reserved_runs_path())
+    if params_file is not None and (fit or loso):
+        raise UserInputError("--params", params_file, "not with --fit or --loso (they fit the parameters); "
+                             "alone it scores the runs with the file's parameters")
+    if loso:
+        if fit or write_path:
+            raise UserInputError("--fit" if fit else "--write", write_path if write_path else True,
+                                 "not with --loso (it fits once per held-out family; use --fit --write alone "
+                                 "to write a calibration)")
+        data = run_loso(runs, jobs=jobs or default_jobs(), progress=not as_json and sys.stderr.isatty())
+    else:
+        params = _params(params_file)
+        if fit:
+            params, report = fit_params(runs)
+            if write_path:
+                write_params(params, write_path, report)
+        data = run_validation(runs, params)
+
+    def pct(v):
+        return "   -" if v is None else f"{v:5.1f}%"
+
+    def rho(v):
+        return "  n/a" if v is None else f"{v:+.2f}"
+
+    def ranks(d, label, compare_label=None):
+        rc = d["rank_correlation"]
+        click.echo(f"rank correlation ({label}): Spearman rho of predicted vs measured, per configuration group "
+                   "(one source family, same model architecture, GPU and metric, >= 3 rows, >= 2 layouts)")
+        head = f"  {'family':<28} {'model':<18} {'gpu':<10} {'n':>3} {'meas. spread':>12} {'rho':>6}"
+        click.echo(head + (f" {compare_label:>10}" if compare_label else "") + "  varies")
+        for g in rc["groups"]:
+            line = (f"  {g['family'][:28]:<28} {g['model'][:18]:<18} {g['gpu'][:10]:<10} {g['n']:>3} "
+                    f"{g['measured_spread_pct']:>11.1f}% {rho(g['spearman']):>6}")
+            if compare_label:
+                line += f" {rho(g.get('spearman_compare')):>10}"
+            click.echo(line + "  " + ",".join(g["varies"]))
+        click.echo(f"  min rho {rho(rc['min_spearman'])} over {rc['n_groups']} groups"
+                   + (f" ({rc['n_undefined']} undefined: constant values)" if rc["n_undefined"] else "")
+                   + (f"; mean {rho(rc['mean_spearman'])}" if rc["mean_spearman"] is not None else ""))
+
+    def skipped_and_ignored(d):
+        for s in d["skipped"]:
+            click.echo(f"{s['row']:4d} SKIPPED {s['model_name'][:34]}: row {s['row']} (line {s['line']}): "
+                       f"{s['reason']}")
+        if d["ignored_columns"]:
+            click.echo("ignored columns (not columns of published_runs.csv): " + ", ".join(d["ignored_columns"]))
+
+    def human(d):
+        for r in d["rows"]:
+            click.echo(f"{r['row']:4d} {one_line(r['model_name'], 34):<34} {r['measured_metric']:<22} "
+                       f"measured {r['measured']:>10.2f}  predicted {r['predicted']:>10.2f}  APE {r['ape']:5.1f}%")
+            if r.get("assumptions"):
+                click.echo("       assumed: " + "; ".join(r["assumptions"]))
+        skipped_and_ignored(d)
+        click.echo(f"n={d['n']} scored, {len(d['skipped'])} skipped; median APE {d['median_ape']:.2f}%, "
+                   f"90th percentile {d['p90_ape']:.2f}%")
+        mem = d.get("memory") or {}
+        if mem.get("n"):
+            click.echo(f"memory: {mem['n']} rows with a measured peak; predicted vs measured median |error| "
+                       f"{mem['median_ape']:.1f}%, 90th percentile {mem['p90_ape']:.1f}%")
+        ranks(d, "in-sample")
+
+    def human_loso(d):
+        skipped_and_ignored(d)
+        click.echo(f"leave-one-source-family-out: {d['n_families']} families, {d['n']} rows scored "
+                   f"({len(d['skipped'])} skipped); each row predicted by the fit on the other families")
+        click.echo(f"  {'held-out family':<44} {'rows':>4} {'fit rows':>8} {'median':>7} {'p90':>7} "
+                   f"{'in-sample':>10} {'shipped':>8}")
+        for f in d["families"]:
+            click.echo(f"  {f['family'][:44]:<44} {f['rows']:>4} {f['fit_rows']:>8} {pct(f['median_ape']):>7} "
+                       f"{pct(f['p90_ape']):>7} {pct(f['in_sample_median_ape']):>10} {pct(f['shipped_median_ape']):>8}")
+        i, s = d["in_sample"], d["shipped"]
+        click.echo(f"  {'all rows, held out (each row once)':<44} {d['n']:>4} {'':>8} {pct(d['median_ape']):>7} "
+                   f"{pct(d['p90_ape']):>7} {pct(i['median_ape']):>10} {pct(s['median_ape']):>8}")
+        click.echo(f"  in-sample (the same fit on all rows): median {i['median_ape']:.2f}%, p90 {i['p90_ape']:.2f}%; "
+                   f"shipped calibration: median {s['median_ape']:.2f}%, p90 {s['p90_ape']:.2f}%")
+        click.echo(f"  held out: median {d['median_ape']:.2f}%, p90 {d['p90_ape']:.2f}%  "
+                   f"({d['seconds']:.0f} s, {d['jobs']} process(es))")
+        ranks(d, "held out", "in-sample")
+    _emit(data, as_json, human_loso if loso else human)
+
+
+@click.command()
+@click.option("--data", "data_path", default=None, help="folder with gpu_kernels.csv and gpu_layers.csv "
+              "(default: the shipped H100 measurements)")
+@click.option("--fit", is_flag=True, help="also fit the kernel parameters on a seeded half of each kind's cases "
+              "and score the other half")
+@click.option("--json", "as_json", is_flag=True)
+def kernels(data_path, fit, as_json):
+    """The cost model's kernel terms (GEMM, expert GEMM, attention, memory-bound, whole layers)
+    against kernels measured on one H100, per kind."""
+    from .kernelcheck import run as run_kernels
+    if fit:
+        from .extras import require
+        require("fit", "--fit", True)
+    data = run_kernels(data_path, fit)
+
+    def table(title, section):
+        click.echo(title)
+        click.echo(f"  {'kind':<22} {'n':>4} {'median |err|':>13} {'p90 |err|':>10} {'median err':>11}")
+        for kind, st in section["by_kind"].items():
+            click.echo(f"  {kind:<22} {st['n']:>4} {st['median_abs_err_pct']:>12.1f}% {st['p90_abs_err_pct']:>9.1f}% "
+                       f"{st['median_signed_err_pct']:>+10.1f}%")
+
+    def human(d):
+        click.echo(f"{d['cases']} measured cases on {d['gpu']}; err = predicted / measured - 1 (+: model slower)")
+        table("shipped calibration (fit on published training runs):", d["shipped"])
+        if "kernel_fit" in d:
+            kf = d["kernel_fit"]
+            click.echo("kernel fit: " + ", ".join(f"{k}={v:.3g}" for k, v in kf["params"].items()))
+            table(f"kernel fit on {kf['fit_cases']} cases, scored on the {kf['held_out_cases']} held out:", kf)
+        for kind, why in d["not_modelled"].items():
+            click.echo(f"not modelled: {kind}: {why}")
+        for line in d["skipped"]:
+            click.echo(f"skipped {line}")
+    _emit(data, as_json, human)
