@@ -179,6 +179,16 @@ MAX_BENCH_ROWS = 1 << 22
 
 
 
+def _backend_options(items, option: str = "--backend-option") -> dict:
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise UserInputError(option, item, "key=value")
+        out[key.strip()] = value
+    return out
+
+
 def _print_launch(launch: dict) -> None:
     click.echo("  launch: " + " ".join(f"{k}={v}" for k, v in launch["nccl_env"].items()))
     for n in launch["notes"]:

@@ -9,7 +9,7 @@ are reported as such.
 """
 from __future__ import annotations
 
-from .backends.command import TORCHTITAN_VERSION, torchtitan_args, torchtitan_notes
+from .backends.torchtitan import TORCHTITAN_VERSION, torchtitan_args, torchtitan_notes
 from .specs.config import Config
 
 _ALGO = {"nccl_auto": None, "ring": "Ring", "tree": "Tree", "hierarchical": None}

@@ -14,34 +14,14 @@ from functools import cached_property
 
 import numpy as np
 
+from .configbatch import (ConfigBatch, _check_ranges, batch_from_configs, concat, config_at,  # noqa: F401 - public here
+                          take)
 from .errors import UserInputError
+from .space_grid import (BYTES_PER_CORE_ROW, CHUNK_ROWS, MAX_LEGAL_CORE_BYTES, SPACE_PRESETS,  # noqa: F401 - public here
+                         TRANSPORT)
 from .specs.codes import DPFlavour, HeteroSplit, LoadBalancing, Placement, PPSchedule, Protocol, Recompute
 from .specs.config import CATEGORICAL, FIELDS, PP_SCHEDULES, Config
 from .specs.scenario import Scenario
-
-ConfigBatch = dict  # field name -> np.ndarray
-
-TRANSPORT = ("xb_load_balancing", "xb_queue_pairs", "xb_loss_recovery", "collective", "nccl_protocol",
-             "nccl_channels", "nccl_buffer_mib", "dp_bucket_mib")
-"""Knobs of the transport grid: crossed with every legal core row (they never make a row illegal
-except through the per-knob rules below)."""
-CHUNK_ROWS = 1 << 22
-"""Candidate rows (degrees x core knobs) masked at a time while the legal core is built."""
-BYTES_PER_CORE_ROW = 104
-"""Bytes one legal core row takes: 20 fields, int64 numbers and int8 codes (measured)."""
-MAX_LEGAL_CORE_BYTES = 6 * 2**30
-"""Most memory the legal core rows may take (6 GiB: a quarter of a 24 GiB machine); the
-exhaustive search adds evaluation chunks of a fixed size on top."""
-
-SPACE_PRESETS = {
-    "default": {},
-    "full": {"protocols": ("auto", "simple", "ll128", "ll"), "channels": (2, 4, 8, 16, 32),
-             "buffers_mib": (1, 4, 16), "buckets_mib": (0, 25, 100)},
-}
-"""Named knob grids for ``SearchSpace(scenario, **SPACE_PRESETS[name])``. ``full`` opens every
-transport knob the search tunes: all four NCCL protocols, 2-32 channels, 1-16 MiB buffers and
-three DP bucket sizes (the framework default, 25 MiB as PyTorch DDP, 100 MiB), 45x the default
-grid (Maverick x metro-2bldg: 8.05 billion legal configurations)."""
 
 _SINGLE_CHUNK = (PPSchedule.GPIPE, PPSchedule.ONE_F_ONE_B, PPSchedule.ZB1P, PPSchedule.ZB2P)
 _V_SHAPED = (PPSchedule.ZBV, PPSchedule.DUALPIPEV)
@@ -55,38 +35,6 @@ def mixed_speeds(scenario: Scenario) -> bool:
 
 def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
-
-
-def batch_from_configs(configs) -> ConfigBatch:
-    """Configs (objects or flat dicts with names) -> ConfigBatch of codes."""
-    rows = [c.model_dump() if isinstance(c, Config) else Config(**c).model_dump() for c in configs]
-    out = {}
-    for f in FIELDS:
-        vals = [r[f] for r in rows]
-        if f in CATEGORICAL:
-            lut = {name: i for i, name in enumerate(CATEGORICAL[f])}
-            out[f] = np.array([lut[x] for x in vals], dtype=np.int8)
-        else:
-            out[f] = np.array(vals, dtype=np.int64)
-    return out
-
-
-def config_at(batch: ConfigBatch, i: int) -> Config:
-    """Row ``i`` of a batch as a Config."""
-    d = {}
-    for f in FIELDS:
-        x = int(batch[f][i])
-        d[f] = CATEGORICAL[f][x] if f in CATEGORICAL else x
-    return Config(**d)
-
-
-def take(batch: ConfigBatch, idx) -> ConfigBatch:
-    return {k: v[idx] for k, v in batch.items()}
-
-
-def concat(batches) -> ConfigBatch:
-    batches = list(batches)
-    return {k: np.concatenate([b[k] for b in batches]) for k in batches[0]}
 
 
 @dataclass(frozen=True)
@@ -437,26 +385,6 @@ class SearchSpace:
         return {"raw_size": raw, "legal_count": legal, "legal_fraction": legal / raw if raw else 0.0,
                 "degree_tuples": int(len(self.degree_tuples)), "transport_combos": self.n_transport,
                 "scenario": self.scenario.summary()}
-
-
-def _check_ranges(b: ConfigBatch, n: int) -> None:
-    """Every integer field within Config's bounds and every categorical code a valid index (a
-    batch built by hand skips Config's validation; the legality rules assume both)."""
-    where = (lambda i: f" (row {i} of {n})" if n > 1 else "")
-    for f in FIELDS:
-        col = np.asarray(b[f])
-        if f in CATEGORICAL:
-            lo, hi = 0, len(CATEGORICAL[f]) - 1
-            allowed = f"a code 0..{hi} ({', '.join(CATEGORICAL[f])})"
-        else:
-            meta = Config.model_fields[f].metadata
-            lo = next(m.ge for m in meta if hasattr(m, "ge"))
-            hi = next(m.le for m in meta if hasattr(m, "le"))
-            allowed = f"an integer from {lo} to {hi}"
-        bad = np.flatnonzero((col < lo) | (col > hi) | (col != np.floor(col)))
-        if len(bad):
-            i = int(bad[0])
-            raise UserInputError(f"config.{f}{where(i)}", col[i].item(), allowed)
 
 
 def rules_for(scenario: Scenario) -> SearchSpace:

@@ -35,8 +35,10 @@ from pathlib import Path
 import numpy as np
 
 from autotune.compare import baselines_of, exhaustive_optimum, run_strategy_curves
+from autotune.costmodel import evaluate
 from autotune.costmodel.params import CostParams, default_params
 from autotune.envs.design_points import DesignPointSet
+from autotune.specs import Config
 from autotune.sweep import dataclass_args
 
 STRATEGIES = {"tpe": ("tpe", {}, {}), "tpe_model": ("tpe", {"startup": "model"}, {}),
@@ -103,8 +105,6 @@ def main() -> None:
                "gpu_types": [b.gpu.name for b in scen.cluster.buildings], "legal": opt["legal_count"],
                "truth": {k: getattr(truth, k) for k in PERTURBATION}, "optimum_s": opt["optimum_s"],
                "shipped_model_optimum_under_truth_pct": None, "strategies": {}}
-        from autotune.costmodel import evaluate
-        from autotune.specs import Config
         e = evaluate(scen, Config(**shipped_opt["best_config"]), truth, check=False)
         row["shipped_model_optimum_under_truth_pct"] = 100 * (e.iteration_time_s / opt["optimum_s"] - 1) \
             if e.feasible else None

@@ -65,7 +65,7 @@ def test_torchtitan_batch_and_hsdp_degrees():
     """torchtitan accumulates local batches up to the global one; under PP the local batch is cut
     into micro-batches. HSDP replicates over the buildings its DP group spans, whatever the
     placement that spans them."""
-    from autotune.backends.command import torchtitan_args
+    from autotune.backends.torchtitan import torchtitan_args
     from autotune.specs import Config, build_scenario
     s = build_scenario("llama3-8b", "metro-2bldg", gpus=64)
     a = torchtitan_args(s, Config(tp=2, pp=1, dp=32, micro_batch=2))

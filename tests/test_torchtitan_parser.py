@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from autotune.backends.command import TORCHTITAN_VERSION, torchtitan_args, torchtitan_notes
+from autotune.backends.torchtitan import TORCHTITAN_VERSION, torchtitan_args, torchtitan_notes
 from autotune.space import SearchSpace, config_at
 from autotune.specs.presets import build_scenario
 from autotune.strategies.exhaustive import exhaustive_search

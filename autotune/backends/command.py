@@ -8,7 +8,7 @@ that line makes the trial fail with the reason (the command's last stderr line).
 
 Template fields: every configuration field (``{tp}``, ``{pp}``, ``{placement}``, ...), the
 scenario's ``{n_gpus}``, ``{global_batch_seqs}``, ``{seq_len}``, ``{model}``, and the torchtitan
-names below (``{torchtitan_args}`` is all of them as command-line options). The whole
+names of ``backends/torchtitan.py`` (``{torchtitan_args}`` is all of them as command-line options). The whole
 configuration is also in the environment as ``AUTOTUNE_CONFIG_JSON``.
 
 What reaches the shell. The filled template is run as ``SHELL -c TEMPLATE`` (``shell=bash`` by
@@ -30,192 +30,30 @@ command that leaves its process group (``setsid``, a scheduler's own daemons) is
 Output is read as it comes: the last 256 KiB of each stream and the last result line are kept,
 whatever the command prints (lines over 1 MiB are not considered for the result).
 
-Mapping to torchtitan 0.3.0 (the PyPI release; ``torchtitan/config/configs.py``, options given
-as ``--section.field=value`` after its ``--module`` / ``--config``):
-
-=================================================  ===============================================
-torchtitan option                                  from the configuration
-=================================================  ===============================================
-``--parallelism.tensor_parallel_degree``           tp
-``--parallelism.context_parallel_degree``          cp
-``--parallelism.expert_parallel_degree``           ep
-``--parallelism.pipeline_parallel_degree``         pp
-``--parallelism.data_parallel_shard_degree``       dp for fsdp/zero1; dp / buildings spanned for hsdp; 1 for ddp
-``--parallelism.data_parallel_replicate_degree``   1 for fsdp/zero1; buildings spanned for hsdp; dp for ddp
-``--parallelism.pipeline_parallel_schedule``       PyTorch schedule class name (``Interleaved1F1B``, ...)
-``--parallelism.pipeline_parallel_microbatch_size``  micro_batch
-``--parallelism.fsdp_reshard_after_forward``       fsdp / hsdp: always, or never where the workload's
-                                                   regather policy is never; zero1: never
-``--training.local_batch_size``                    pp > 1: global batch / dp (cut into micro-batches);
-                                                   pp = 1: micro_batch (gradients accumulate to the global batch)
-``--training.global_batch_size``, ``--training.seq_len``   the scenario's
-``--parallelism.pipeline_parallel_layers_per_stage``  pp_chunks > 2: the layers per virtual stage (with
-(and ``..._first/last_stage_less_layers``)           the two weights) that give pp x pp_chunks stages
-``--training.disable_cuda_graphs``                 pp > 1 or ep > 1 (torchtitan refuses CUDA graphs there)
-``activation-checkpoint:{none,selective,full}``    recompute (a tyro subcommand, last on the line)
-=================================================  ===============================================
-
-``tests/test_torchtitan_parser.py`` installs torchtitan 0.3.0 and parses these options with its
-own ``ConfigManager``. What the options cannot say is printed as notes (``torchtitan_notes``):
-zb1p / zb2p with one stage per rank, and chunk counts no layers-per-stage value gives.
-
-torchtitan has no ZeRO-1 mode of its own (FSDP with ``reshard_after_forward`` never is the
-nearest); placement and transport knobs have no torchtitan option: pass them to your launcher
-(rank ordering, NCCL environment: ``NCCL_IB_QPS_PER_CONNECTION={xb_queue_pairs}``). A template's
-named fields are the last part of each option name (``{tensor_parallel_degree}``, ...) and
-``{mode}`` for the recompute setting.
+The ``{torchtitan_args}`` field and the torchtitan names: ``backends/torchtitan.py`` (its mapping table).
 """
 from __future__ import annotations
 
-import atexit
-import json
 import math
 import os
-import selectors
 import shlex
 import shutil
-import signal
 import string
 import subprocess
-import threading
 import time
 
 from ..errors import UserInputError
-from ..specs.config import TORCH_SCHEDULE_NAMES, Config
+from ..specs.config import Config
 from . import Measurement
+from . import command_process as P
+from .command_process import _LIVE, _LIVE_LOCK, _install_signal_handlers, _pump, _Sink, stop_group
+from .torchtitan import TORCHTITAN_OPTIONS, torchtitan_args, torchtitan_fields
 
-RECOMPUTE_TO_TORCHTITAN = {"none": "none", "selective": "selective", "full": "full"}
-TORCHTITAN_OPTIONS = ("parallelism.tensor_parallel_degree", "parallelism.context_parallel_degree",
-                      "parallelism.expert_parallel_degree", "parallelism.pipeline_parallel_degree",
-                      "parallelism.data_parallel_shard_degree", "parallelism.data_parallel_replicate_degree",
-                      "parallelism.pipeline_parallel_schedule", "parallelism.pipeline_parallel_microbatch_size",
-                      "activation_checkpoint.mode")
 SCENARIO_FIELDS = ("n_gpus", "global_batch_seqs", "seq_len", "model")
 POSIX_SHELLS = ("sh", "bash", "dash", "ksh", "mksh", "zsh")
 SAFE_VALUE_CHARS: frozenset | None = frozenset(string.ascii_letters + string.digits + " ._+-/:,=@()%")
 """Characters a field's value may have: none of them starts an expansion or ends a quoted
 string in any of the places a field may sit. ``None`` leaves quoting as the only defence (tests)."""
-TAIL_BYTES = 256 * 1024
-"""Bytes of each output stream kept (the end of it)."""
-MAX_LINE_BYTES = 1 << 20
-"""A longer stdout line is not read as a result line."""
-DRAIN_S = 0.5
-"""After the command's main process exits, how long its output is still read (a background
-child holding the pipe open does not hold the trial)."""
-
-
-TORCHTITAN_VERSION = "0.3.0"
-"""The torchtitan release whose option names ``torchtitan_args`` writes (read from its source)."""
-_REGATHER_TO_RESHARD = {"every_pass": "always", "forward": "always", "never": "never"}
-"""torchtitan's ``fsdp_reshard_after_forward`` per workload regather policy: "default" would
-mean never under pipeline parallelism, so the policies that gather before each forward say so."""
-
-
-def _dp_buildings(scenario, config) -> int:
-    """Buildings the data-parallel group spans under the configuration's placement (the cost
-    model's ``terms.building_spans``): HSDP replicates across them."""
-    B = scenario.cluster.n_buildings
-    if config.placement in ("dp_out", "ep_out", "cp_out"):
-        return B
-    if config.placement == "hybrid":
-        from ..costmodel.scenario_consts import hybrid_split
-        return hybrid_split(B)[1] or 1
-    return 1
-
-
-def torchtitan_fields(scenario, config) -> dict:
-    """The torchtitan option values of a configuration (see the module docstring)."""
-    B = _dp_buildings(scenario, config)
-    if config.dp_flavour == "ddp":
-        shard, replicate = 1, config.dp
-    elif config.dp_flavour == "hsdp":
-        replicate = B if config.dp % B == 0 else 1
-        shard = config.dp // replicate
-    else:
-        shard, replicate = config.dp, 1
-    sched = TORCH_SCHEDULE_NAMES[config.pp_schedule].removeprefix("Schedule")
-    values = (config.tp, config.cp, config.ep, config.pp, shard, replicate, sched, config.micro_batch,
-              RECOMPUTE_TO_TORCHTITAN[config.recompute])
-    return dict(zip(TORCHTITAN_OPTIONS, values))
-
-
-def _virtual_stage_fields(n_layers: int, pp: int, chunks: int) -> dict:
-    """torchtitan's split into ``pp * chunks`` virtual stages. Without options it runs 2 stages per
-    rank for a multi-stage schedule (pipeline_parallel.py: ``stages_per_rank = 2``) and counts
-    ``ceil((layers + first_less + last_less) / layers_per_stage)`` stages when
-    ``pipeline_parallel_layers_per_stage`` is given; pick the weights (0 or 1 layer's worth for the
-    embedding and the output, preferring 0, which is the model's equal split) and the layers per
-    stage that give exactly ``pp * chunks``. Empty when the default already does, or when no
-    choice does (then the schedule runs torchtitan's default split)."""
-    if pp == 1 or chunks == 1 or chunks == 2:
-        return {}
-    n = pp * chunks
-    for first, last in ((0, 0), (1, 0), (0, 1), (1, 1)):
-        total = n_layers + first + last
-        for lps in range(1, total + 1):
-            if -(-total // lps) == n:
-                return {"parallelism.pipeline_parallel_first_stage_less_layers": first,
-                        "parallelism.pipeline_parallel_last_stage_less_layers": last,
-                        "parallelism.pipeline_parallel_layers_per_stage": lps}
-    return {}
-
-
-def torchtitan_notes(scenario, config) -> list[str]:
-    """What torchtitan's options cannot say about the configuration (printed with the options)."""
-    notes = []
-    if config.pp > 1 and config.pp_schedule in ("zb1p", "zb2p") and config.pp_chunks == 1:
-        notes.append(f"pp_schedule={config.pp_schedule}: torchtitan runs zero-bubble schedules as "
-                     "InterleavedZeroBubble with at least 2 stages per rank (it runs 2 here); one stage per rank, "
-                     "as priced, needs torch.distributed.pipelining directly (as autotune/workloads does)")
-    if config.pp > 1 and config.pp_chunks > 2 and not _virtual_stage_fields(scenario.model.n_layers, config.pp,
-                                                                           config.pp_chunks):
-        notes.append(f"{scenario.model.n_layers} layers cannot be cut into {config.pp} x {config.pp_chunks} "
-                     "virtual stages with pipeline_parallel_layers_per_stage: set "
-                     "parallelism.module_fqns_per_model_part by hand (else torchtitan runs 2 stages per rank)")
-    return notes
-
-
-def torchtitan_args(scenario, config) -> list[str]:
-    """torchtitan 0.3.0 command-line options for the configuration and the scenario's batch (the
-    module docstring's table); the recompute setting is a subcommand, so it comes last."""
-    tt = torchtitan_fields(scenario, config)
-    mode = tt.pop("activation_checkpoint.mode")
-    if config.dp_flavour in ("fsdp", "hsdp"):
-        tt["parallelism.fsdp_reshard_after_forward"] = _REGATHER_TO_RESHARD[scenario.workload.fsdp_regather]
-    elif config.dp_flavour == "zero1":
-        tt["parallelism.fsdp_reshard_after_forward"] = "never"
-    # torchtitan runs local_batch_size sequences per forward and accumulates gradients up to the
-    # global batch; under PP the local batch is cut into micro-batches of the microbatch size
-    local = scenario.global_batch_seqs // config.dp if config.pp > 1 else config.micro_batch
-    tt |= {"training.local_batch_size": local,
-           "training.global_batch_size": scenario.global_batch_seqs, "training.seq_len": scenario.seq_len}
-    tt |= _virtual_stage_fields(scenario.model.n_layers, config.pp, config.pp_chunks)
-    flags = []
-    if config.pp > 1 or config.ep > 1:
-        # torchtitan 0.3.0's Trainer.Config._validate_cuda_graphs refuses CUDA graphs with pipeline
-        # parallelism, and with most expert-parallel token dispatchers; the model prices no CUDA graphs
-        flags.append("--training.disable_cuda_graphs")
-    return [f"--{k}={v}" for k, v in tt.items()] + flags + [f"activation-checkpoint:{mode}"]
-
-
-def parse_result(stdout: str) -> dict | None:
-    """The last stdout line that is a JSON object with a step time, or None."""
-    for line in reversed(stdout.splitlines()):
-        d = _result_line(line)
-        if d is not None:
-            return d
-    return None
-
-
-def _result_line(line: str) -> dict | None:
-    line = line.strip()
-    if not line.startswith("{"):
-        return None
-    try:
-        d = json.loads(line)
-    except ValueError:
-        return None
-    return d if isinstance(d, dict) and ("iteration_time_s" in d or "step_time_s" in d) else None
 
 
 # ------------------------------------------------------------------ the template
@@ -411,215 +249,6 @@ def fill(template: str, fields: dict, check_values: bool = True) -> str:
     return "".join(out)
 
 
-# ------------------------------------------------------------------ processes
-_LIVE: dict[int, tuple[subprocess.Popen, float]] = {}     # pid -> (process, its grace period)
-_LIVE_LOCK = threading.RLock()      # re-entrant: the signal handler may run while its thread holds it
-_HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
-_CLOSING = False
-
-
-def _group_alive(pgid: int) -> bool:
-    """Whether a process of the group still runs. Zombies do not count: an orphan is reaped by
-    init, which in some containers takes a second or more."""
-    try:
-        os.killpg(pgid, 0)
-    except (ProcessLookupError, PermissionError):
-        return False
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return True
-    for entry in entries:
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as fh:
-                fields = fh.read().rsplit(b")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if len(fields) > 2 and int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
-            return True
-    return not os.path.isdir("/proc/self")      # no /proc: trust kill()
-
-
-def stop_group(proc: subprocess.Popen, grace_s: float) -> None:
-    """SIGTERM to the command's whole process group, SIGKILL to what is left after ``grace_s``;
-    the main process is reaped."""
-    pgid = proc.pid
-    try:
-        os.killpg(pgid, signal.SIGTERM)
-    except (ProcessLookupError, PermissionError):
-        pass
-    end = time.monotonic() + grace_s
-    while True:
-        proc.poll()                         # reap the leader: a zombie still counts in its group
-        if not _group_alive(pgid):
-            break
-        if time.monotonic() >= end:
-            try:
-                os.killpg(pgid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-            break
-        time.sleep(0.02)
-    try:
-        proc.wait(timeout=5)
-    except subprocess.TimeoutExpired:
-        pass
-
-
-def stop_all() -> None:
-    """Stop every command still running, and start no more (at exit, on SIGTERM/SIGHUP: a
-    measurement thread the study gave up on may still be about to start one)."""
-    global _CLOSING
-    with _LIVE_LOCK:
-        _CLOSING = True
-        live = list(_LIVE.values())
-        _LIVE.clear()
-    for proc, _ in live:
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-        except (ProcessLookupError, PermissionError):
-            pass
-    end = time.monotonic() + min(max([g for _, g in live] or [0.0]), 5.0)
-    for proc, _ in live:
-        while _group_alive(proc.pid) and time.monotonic() < end:
-            proc.poll()
-            time.sleep(0.02)
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-
-
-atexit.register(stop_all)
-
-
-def _on_signal(signum, frame):
-    stop_all()
-    signal.signal(signum, signal.SIG_DFL)     # then die of it, as without this handler
-    os.kill(os.getpid(), signum)
-
-
-def _install_signal_handlers() -> None:
-    if threading.current_thread() is not threading.main_thread():
-        return
-    for sig in _HANDLED_SIGNALS:
-        try:
-            if signal.getsignal(sig) == signal.SIG_DFL:
-                signal.signal(sig, _on_signal)
-        except (ValueError, OSError):
-            pass
-
-
-class _Sink:
-    """One output stream read as it comes: its last TAIL_BYTES, and (stdout) the last result line."""
-
-    def __init__(self, want_result: bool):
-        self.tail = bytearray()
-        self.want_result = want_result
-        self.partial = bytearray()      # the current, unfinished line
-        self.overlong = False           # the current line went past MAX_LINE_BYTES
-        self.result: dict | None = None
-
-    def feed(self, chunk: bytes) -> None:
-        self.tail += chunk
-        if len(self.tail) > TAIL_BYTES:
-            del self.tail[: len(self.tail) - TAIL_BYTES]
-        if not self.want_result:
-            return
-        first = chunk.find(b"\n")
-        if first < 0:
-            self._extend(chunk)
-            return
-        self._extend(chunk[:first])          # the line that was under way ends here
-        self.finish()
-        last = chunk.rfind(b"\n")
-        if last > first:                     # then whole lines, of which the last result wins
-            d = self._last_result(chunk, first + 1, last)
-            if d is not None:
-                self.result = d
-        self._extend(chunk[last + 1:])
-
-    def _extend(self, data: bytes) -> None:
-        if self.overlong:
-            return
-        self.partial += data
-        if len(self.partial) > MAX_LINE_BYTES:
-            self.partial = bytearray()
-            self.overlong = True
-
-    @staticmethod
-    def _last_result(buf: bytes, start: int, end: int) -> dict | None:
-        """The last result line among the lines of buf[start:end] (separated by newlines)."""
-        while end > start:
-            brace = buf.rfind(b"{", start, end)
-            if brace < 0:
-                return None
-            nl = buf.rfind(b"\n", start, brace)
-            line_start = start if nl < 0 else nl + 1
-            nl = buf.find(b"\n", brace, end)
-            line_end = end if nl < 0 else nl
-            if line_end - line_start <= MAX_LINE_BYTES:
-                d = _result_line(buf[line_start:line_end].decode("utf-8", "replace"))
-                if d is not None:
-                    return d
-            end = line_start - 1
-        return None
-
-    def finish(self) -> None:
-        """The line under way is complete (a newline came, or the stream closed)."""
-        if self.want_result and not self.overlong and self.partial:
-            d = _result_line(self.partial.decode("utf-8", "replace"))
-            if d is not None:
-                self.result = d
-        self.partial = bytearray()
-        self.overlong = False
-
-    def text(self) -> str:
-        return self.tail.decode("utf-8", "replace")
-
-
-def _pump(proc: subprocess.Popen, out: _Sink, err: _Sink, deadline: float) -> bool:
-    """Read both streams until they close (or DRAIN_S after the main process exited); False on
-    the deadline."""
-    sel = selectors.DefaultSelector()
-    sinks = {}
-    for stream, sink in ((proc.stdout, out), (proc.stderr, err)):
-        sel.register(stream, selectors.EVENT_READ)
-        sinks[stream.fileno()] = sink
-    exited_at = None
-    try:
-        while sel.get_map():
-            now = time.monotonic()
-            if now >= deadline:
-                return False
-            if exited_at is not None and now - exited_at > DRAIN_S:
-                break
-            for key, _ in sel.select(timeout=min(deadline - now, 0.1)):
-                chunk = os.read(key.fd, 1 << 16)
-                if chunk:
-                    sinks[key.fd].feed(chunk)
-                else:
-                    sel.unregister(key.fileobj)
-            if exited_at is None and proc.poll() is not None:
-                exited_at = time.monotonic()
-        left = deadline - time.monotonic()
-        if left <= 0:
-            return False
-        try:
-            proc.wait(timeout=left)
-        except subprocess.TimeoutExpired:
-            return False
-        return True
-    finally:
-        sel.close()
-        out.finish()
-        err.finish()
-        proc.stdout.close()
-        proc.stderr.close()
-
-
 def _seconds(option: str, value, allowed: str, zero_ok: bool) -> float:
     try:
         x = float(value)
@@ -702,7 +331,7 @@ class CommandBackend:
         env = dict(os.environ, AUTOTUNE_CONFIG_JSON=config.model_dump_json())
         t0 = time.perf_counter()
         with _LIVE_LOCK:
-            if _CLOSING:
+            if P._CLOSING:
                 return Measurement.failure("command not run: the study is exiting")
             proc = subprocess.Popen([self.shell, "-c", cmd], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                     env=env, start_new_session=True)

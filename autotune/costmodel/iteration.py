@@ -22,6 +22,7 @@ from .terms import (F_DDP, F_FSDP, F_HSDP, F_ZERO1, P_CP_OUT, P_DP_OUT, P_EP_OUT
                     memory_per_gpu, speed_types, sum_groups)
 from .scenario_consts import FSDP_EVERY_PASS, FSDP_FORWARD, members_per_node, scenario_consts, tier_of_span
 from .tiers import accounting
+from .batch_order import SORT_KEYS, SORT_MIN_ROWS, _branch_order  # noqa: F401 - public here too
 from .result import BREAKDOWN_KEYS, Evaluation, infeasible_reason  # noqa: F401 - public here too
 from .xp import NUMPY, SCALAR
 
@@ -70,31 +71,6 @@ def evaluate_batch(scenario: Scenario, batch: dict, params: CostParams | None = 
                 out[k] = np.empty(n, dtype=v.dtype)
             out[k][i:i + len(v)] = v
     return out
-
-
-SORT_KEYS = ("dp_flavour", "collective", "nccl_protocol", "placement", "pp_schedule", "recompute")
-"""Categorical knobs most of the model's branches test, most significant first."""
-SORT_MIN_ROWS = 2048
-"""Smallest batch worth sorting (``_branch_order``)."""
-
-
-def _branch_order(rows: dict):
-    """A row order that groups rows by the categorical knobs the formulas branch on. Every
-    ``where`` then meets long runs of one outcome instead of a random mask, which numpy runs
-    several times faster (branch prediction); the rows are put back in their order afterwards.
-    None where a column is not a small whole-number code."""
-    key = np.zeros(len(rows["tp"]), dtype=np.int64)
-    span = 1
-    for name in SORT_KEYS:
-        col = rows.get(name)
-        if col is None or np.asarray(col).dtype.kind not in "iu":
-            return None
-        width = int(col.max()) + 1 if len(col) else 1
-        span *= width
-        if span >= 1 << 15 or col.min() < 0:
-            return None
-        key = key * width + col
-    return np.argsort(key.astype(np.int16), kind="stable")    # radix sort: linear in the rows
 
 
 def _public(out: dict, n: int) -> dict:
