@@ -8,12 +8,21 @@ be is a UserInputError (exit 2); an empty file, a file that is not SQLite, or on
 from __future__ import annotations
 
 import sqlite3
+import time
 from pathlib import Path
 
 from .errors import StorageCorrupt, UserInputError
 
 SQLITE_HEADER = b"SQLite format 3\x00"
 """The first 16 bytes of every SQLite 3 database file (sqlite.org/fileformat.html, 1.3)."""
+
+EMPTY_GRACE_S = 2.0
+"""How long an empty file may stay empty before it is called truncated: SQLite creates the file on
+connect and writes its header with the first schema transaction, so a second worker (or a monitor)
+starting at the same moment can see 0 bytes for some milliseconds."""
+
+EMPTY_POLL_S = 0.05
+"""Interval between reads of an empty file during the grace period."""
 
 
 def sqlite_path(url: str) -> Path | None:
@@ -41,14 +50,15 @@ def check_sqlite_url(url: str, option: str, empty_ok: bool = False) -> None:
         raise UserInputError(option, url, "a SQLite path in an existing folder")
     if not path.exists():
         return
-    try:
-        with open(path, "rb") as f:
-            head = f.read(len(SQLITE_HEADER))
-    except OSError as e:
-        raise UserInputError(option, url, f"a readable SQLite file ({e.strerror})") from None
+    head = _head(path, option, url)
     if not head:
         if empty_ok:
             return
+        deadline = time.monotonic() + EMPTY_GRACE_S
+        while not head and time.monotonic() < deadline:   # another process may be creating it now
+            time.sleep(EMPTY_POLL_S)
+            head = _head(path, option, url)
+    if not head:
         raise StorageCorrupt(option, str(path), "the file is empty (0 bytes; truncated?), so it holds no study; "
                              "restore it from a backup, or delete it to start a new study")
     if head != SQLITE_HEADER:
@@ -68,6 +78,15 @@ def check_sqlite_url(url: str, option: str, empty_ok: bool = False) -> None:
     if rows != [("ok",)]:
         raise StorageCorrupt(option, str(path), f"corrupted (PRAGMA quick_check: {_flat(rows[0][0])}); "
                              "restore it from a backup")
+
+
+def _head(path: Path, option: str, url: str) -> bytes:
+    """The first bytes of the file (as many as SQLite's header)."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(len(SQLITE_HEADER))
+    except OSError as e:
+        raise UserInputError(option, url, f"a readable SQLite file ({e.strerror})") from None
 
 
 def _flat(text, n: int = 100) -> str:

@@ -694,3 +694,31 @@ def test_space_too_large_for_memory_is_one_line_before_it_is_allocated(monkeypat
     for cmd in ("space", "search"):
         code, out, err = run([cmd, "--model", "llama3-8b", "--cluster", "metro-2bldg"])
         assert code == 2 and len(err.strip().splitlines()) == 1 and "GiB" in err and "--gpus" in err
+
+
+def test_an_empty_file_another_worker_is_creating_is_not_called_truncated(tmp_path):
+    """SQLite creates the file on connect and writes its header with the first transaction: a second
+    worker starting in between sees 0 bytes for a moment and must wait, not refuse (CI, stop 27)."""
+    import sqlite3
+    import threading
+    from autotune.errors import StorageCorrupt
+    from autotune.sqlitecheck import EMPTY_GRACE_S, check_sqlite_url
+    path = tmp_path / "s.db"
+    path.touch()
+
+    def create():
+        time.sleep(0.3)
+        con = sqlite3.connect(path)
+        con.execute("create table t (x)")
+        con.commit()
+        con.close()
+    t = threading.Thread(target=create)
+    t.start()
+    check_sqlite_url(f"sqlite:///{path}", "--storage")          # waits, then finds a healthy database
+    t.join()
+    stays_empty = tmp_path / "empty.db"
+    stays_empty.touch()
+    t0 = time.monotonic()
+    with pytest.raises(StorageCorrupt, match="empty"):
+        check_sqlite_url(f"sqlite:///{stays_empty}", "--storage")
+    assert time.monotonic() - t0 >= EMPTY_GRACE_S
