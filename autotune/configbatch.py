@@ -47,6 +47,8 @@ def _check_ranges(b: ConfigBatch, n: int) -> None:
     batch built by hand skips Config's validation; the legality rules assume both)."""
     where = (lambda i: f" (row {i} of {n})" if n > 1 else "")
     for f in FIELDS:
+        if f == "etp" and f not in b:          # optional column: absent = 0 (the experts' TP is tp)
+            continue
         col = np.asarray(b[f])
         if f in CATEGORICAL:
             lo, hi = 0, len(CATEGORICAL[f]) - 1

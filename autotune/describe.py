@@ -8,7 +8,7 @@ from .errors import UserInputError
 from .space import TRANSPORT, SearchSpace
 from .specs.config import CATEGORICAL, FIELDS
 
-RULE_OF_KNOB = {"dp": "product", "tp": "tp", "cp": "cp", "ep": "ep", "pp": "pp", "micro_batch": "batch",
+RULE_OF_KNOB = {"dp": "product", "tp": "tp", "cp": "cp", "ep": "ep", "etp": "etp", "pp": "pp", "micro_batch": "batch",
                 "pp_chunks": "chunks", "placement": "placement", "dp_flavour": "flavour",
                 "xb_queue_pairs": "spray_qps", "nccl_protocol": "ll128", "nccl_channels": "channels",
                 "dp_bucket_mib": "bucket"}

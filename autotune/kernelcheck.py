@@ -46,6 +46,12 @@ class Gpu:
     peak_bf16: float
     peak_fp8: float
     hbm_Bps: float
+    compute_capability: float = 9.0
+
+    def bf16(self, p: CostParams) -> float:
+        """Sustained bf16 peak as the cost model sets it (``scenario_consts.generation_efficiency``)."""
+        from .costmodel.scenario_consts import generation_efficiency
+        return self.peak_bf16 * generation_efficiency(p, self)
 
     @property
     def ridge(self) -> float:
@@ -56,13 +62,13 @@ class Gpu:
         """GEMM peak as the cost model sets it: fp8 realises ``fp8_gemm_speedup_realised`` of
         the extra fp8 peak (``scenario_consts``)."""
         if dtype == "fp8":
-            return self.peak_bf16 * (1.0 + (self.peak_fp8 / self.peak_bf16 - 1.0) * p.fp8_gemm_speedup_realised)
-        return self.peak_bf16
+            return self.bf16(p) * (1.0 + (self.peak_fp8 / self.peak_bf16 - 1.0) * p.fp8_gemm_speedup_realised)
+        return self.bf16(p)
 
 
 def gpu() -> Gpu:
     g = load_preset("hardware", GPU_PRESET)
-    return Gpu(g.peak_flops_bf16, g.peak_flops_fp8, g.hbm_bandwidth_Bps)
+    return Gpu(g.peak_flops_bf16, g.peak_flops_fp8, g.hbm_bandwidth_Bps, g.compute_capability)
 
 
 def data_dir(path: str | None = None):
@@ -129,7 +135,7 @@ def _layer_fwd_parts(r: dict, g: Gpu, p: CostParams) -> tuple[float, float, floa
     causal flash attention, and the elementwise traffic per token and hidden unit."""
     S, h, heads, kv, hd, ffn = (_num(r, c) for c in ("seq", "hidden", "heads", "kv_heads", "head_dim", "ffn"))
     E, El, k = (_num(r, c) for c in ("experts", "local_experts", "topk"))
-    peak, ridge = g.peak_bf16, g.ridge
+    peak, ridge = g.bf16(p), g.ridge
     lin = gemm_time_s(S, h, (heads + 2 * kv) * hd, peak, ridge, p) + gemm_time_s(S, heads * hd, h, peak, ridge, p)
     if E > 0:
         lin += expert_block_time_s(S * k / E, h, ffn, SWIGLU_MATS, El, peak, ridge, p)
@@ -148,15 +154,15 @@ def predict_s(r: dict, g: Gpu, p: CostParams) -> float | None:
         return gemm_time_s(_num(r, "M"), _num(r, "K"), _num(r, "N"), g.peak_lin(r.get("dtype"), p), g.ridge, p)
     if kind == "expert_bmm":
         return expert_block_time_s(_num(r, "T"), _num(r, "K"), _num(r, "N"), SWIGLU_MATS, _num(r, "E"),
-                                   g.peak_bf16, g.ridge, p)
+                                   g.bf16(p), g.ridge, p)
     if kind == "expert_grouped_mm_up":
-        return _num(r, "E") * gemm_time_s(_num(r, "T"), _num(r, "K"), 2 * _num(r, "N"), g.peak_bf16, g.ridge, p)
+        return _num(r, "E") * gemm_time_s(_num(r, "T"), _num(r, "K"), 2 * _num(r, "N"), g.bf16(p), g.ridge, p)
     if kind in ("attn_fwd", "attn_fwd_bwd"):
         # causal: S/2 keys per query; d_qk = d_v = head_dim; the backward is
         # attention_backward_time_ratio x the forward
         S = _num(r, "S")
         fwd = attention_core_fwd_time_s(_num(r, "B") * S, C.CAUSAL_ATTENTION_WORK_FRACTION * S,
-                                        2 * _num(r, "heads") * _num(r, "head_dim"), g.peak_bf16, p,
+                                        2 * _num(r, "heads") * _num(r, "head_dim"), g.bf16(p), p,
                                         _num(r, "head_dim"), S)
         return fwd if kind == "attn_fwd" else (1.0 + p.attention_backward_time_ratio) * fwd
     if kind in ("moe_permute", "moe_unpermute"):

@@ -112,7 +112,8 @@ class SearchSpace:
             "tp": Rule("tp", f"a divisor of the NVLink domain ({node}) and of n_kv_heads ({m.n_kv_heads})"),
             "cp": Rule("cp", f"a divisor of seq_len/2 ({s.seq_len // 2})"),
             "ep": Rule("ep", "1 for a dense model; else a divisor of moe_experts "
-                             f"({m.moe_experts}) and of dp*cp"),
+                             f"({m.moe_experts}) with etp*ep dividing tp*cp*dp (etp 0: ep divides dp*cp)"),
+            "etp": Rule("etp", "0 (the experts' TP is tp), or a divisor of tp on a mixture-of-experts model"),
             "pp": Rule("pp", f"pp * pp_chunks <= n_layers ({m.n_layers})"),
             "batch": Rule("micro_batch", f"dp * micro_batch must divide the global batch ({s.global_batch_seqs} sequences)"),
             "no_pp": Rule("pp_schedule", "1f1b with pp_chunks=1 when pp=1"),
@@ -157,7 +158,10 @@ class SearchSpace:
         out["product"] = tp * cp * pp * dp != s.n_gpus
         out["tp"] = (node % tp != 0) | (m.n_kv_heads % tp != 0)
         out["cp"] = (s.seq_len // 2) % cp != 0
-        out["ep"] = ((ep > 1) & (not m.is_moe)) | ((max(m.moe_experts, 1) % ep) != 0) | (((dp * cp) % ep) != 0)
+        etp = np.asarray(b["etp"] if "etp" in b else np.zeros_like(tp), dtype=np.int64)
+        et = np.where(etp > 0, etp, tp)
+        out["ep"] = ((ep > 1) & (not m.is_moe)) | ((max(m.moe_experts, 1) % ep) != 0) | (((tp * dp * cp) % (et * ep)) != 0)
+        out["etp"] = (etp > 0) & ((not m.is_moe) | (tp % np.maximum(etp, 1) != 0))
         out["pp"] = pp * v > m.n_layers
         local = dp * mb
         out["batch"] = (gb % np.maximum(local, 1)) != 0
@@ -268,7 +272,8 @@ class SearchSpace:
         return {"placement": flat[0].astype(np.int8), "dp_flavour": flat[1].astype(np.int8),
                 "pp_schedule": sv[flat[2], 0].astype(np.int8), "pp_chunks": sv[flat[2], 1],
                 "micro_batch": flat[3].astype(np.int64), "recompute": flat[4].astype(np.int8),
-                "overlap_dp": flat[5].astype(np.int64), "hetero_split": flat[6].astype(np.int8)}
+                "overlap_dp": flat[5].astype(np.int64), "hetero_split": flat[6].astype(np.int8),
+                "etp": np.zeros(len(flat[0]), dtype=np.int64)}      # experts' TP = tp (not searched)
 
     @cached_property
     def transport_grid(self) -> ConfigBatch:

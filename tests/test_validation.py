@@ -283,6 +283,7 @@ MESSY = [  # column, value, words the reason must contain
     ("gpu_type", "Gaudi 3", "hardware preset"), ("precision", "int4", "bf16/fp16/fp8"),
     ("recompute", "sometimes", "none/selective/full"), ("zero_or_fsdp", "megashard", "flavour"),
     ("micro_batch", "0x10", "not a number"), ("vocab", "\x00", "not a number"), ("moe_experts", "-2", "non-negative"),
+    ("etp", "two", "not a number"),
     ("hidden", "1e300", "hidden"), ("global_batch_seqs", "3", "multiple of dp*micro_batch"),
 ]
 
@@ -307,6 +308,9 @@ IMPOSSIBLE = [  # an impossible architecture or layout
     ({"pp": "2", "tp": "4", "pipeline_schedule": "round robin"}, "pipeline_schedule", "no known schedule"),
     ({"moe_experts": "8", "moe_topk": "9"}, "moe_topk", "1..moe_experts"),
     ({"ep": "2"}, "ep", "dense model"),
+    ({"etp": "1"}, "etp", "dense model"),
+    ({"moe_experts": "8", "moe_topk": "2", "etp": "3"}, "etp", "etp must divide tp"),
+    ({"moe_experts": "8", "moe_topk": "2", "ep": "8", "etp": "8"}, "ep", "etp*ep"),
     ({"cp": "8", "tp": "1", "seq_len": "2056"}, "cp", "seq_len/2"),
     ({"precision": "fp8"}, "precision", "no fp8 peak"),
     ({"n_gpus": "12", "tp": "4", "dp": "", "global_batch_seqs": "12"}, "n_gpus", "NVLink"),

@@ -18,7 +18,7 @@ from .params import CostParams, default_params
 from .pipeline import (S_1F1B, S_DUALPIPEV, S_GPIPE, S_INTERLEAVED, S_ZBV, bubble_time, chain_hops,
                        in_flight_microbatches)
 from .terms import (F_DDP, F_FSDP, F_HSDP, F_ZERO1, P_CP_OUT, P_DP_OUT, P_EP_OUT, P_HYBRID,  # noqa: F401
-                    P_PP_OUT, ComputeTerms, Transport, compute_terms, dp_comm_groups, hetero_shares, layout,
+                    P_PP_OUT, ComputeTerms, Transport, compute_terms, dp_comm_groups, expert_tp, hetero_shares, layout,
                     memory_per_gpu, speed_types, sum_groups)
 from .scenario_consts import FSDP_EVERY_PASS, FSDP_FORWARD, members_per_node, scenario_consts, tier_of_span
 from .tiers import accounting
@@ -107,9 +107,10 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
     # ---- compute per micro-batch on the bottleneck rank (terms.compute_terms, once per distinct
     # micro-batch, cp, tp and ep) ----
     Ls, Ls_dense, Ls_moe = lay.Ls, lay.Ls_dense, lay.Ls_moe
-    ct = ComputeTerms(*xp.by_key((batch["micro_batch"], batch["cp"], batch["tp"], batch["ep"]),
-                                 lambda mb_, cp_, tp_, ep_: tuple(compute_terms(k, p, mb_, cp_, tp_, ep_, xp)),
-                                 mb, cp, tp, ep))
+    et = expert_tp(batch, xp)
+    ct = ComputeTerms(*xp.by_key((batch["micro_batch"], batch["cp"], batch["tp"], batch["ep"], batch.get("etp", 0)),
+                                 lambda mb_, cp_, tp_, ep_, et_: tuple(compute_terms(k, p, mb_, cp_, tp_, ep_, et_, xp)),
+                                 mb, cp, tp, ep, et))
     t_attn_lin, t_moe_lin, t_core = ct.attn_lin, ct.moe_lin, ct.core
     lin_f = Ls_dense * (t_attn_lin + ct.mlp_dense) + Ls_moe * (t_attn_lin + t_moe_lin)
     core_f = Ls * t_core
@@ -126,8 +127,10 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
     # ---- tensor parallel (sequence parallel): 2 all-gathers + 2 reduce-scatters per layer pass ----
     s_tp = tok * k.h * k.wire_bytes
     t_tp_coll = xp.where(tp > 1, (tp - 1) / tp * s_tp / k.nvlink_Bps + (tp - 1) * k.nvlink_alpha_s, 0.0)
-    tp_f = Ls * 4 * t_tp_coll
-    tp_b = Ls * 4 * t_tp_coll * xp.where(rc == R_FULL, 2.0, 1.0)
+    # an MoE layer whose experts run without TP (etp 1, folding) has no TP collective around them
+    tp_colls = 2 * Ls + 2 * (Ls_dense + Ls_moe * xp.where(et > 1, 1.0, 0.0))
+    tp_f = tp_colls * t_tp_coll
+    tp_b = tp_colls * t_tp_coll * xp.where(rc == R_FULL, 2.0, 1.0)
 
     # ---- context parallel: ring of K/V blocks (TransformerEngine's P2P ring attention) ----
     # cp steps per layer pass; each of the cp - 1 transfers (the next K/V block; in backward
@@ -149,12 +152,12 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
     # members are tp GPUs apart, whatever cp is; the expert DP group (terms.dp_comm_groups) is
     # tp * ep apart.
     ep_in = ep / x_ep
-    bw_ep_in, a_ep_in = tier_of_span(k, tp * ep_in, xp)
+    bw_ep_in, a_ep_in = tier_of_span(k, et * ep_in, xp)   # EP members et apart (expert mesh etp-ep-dp)
     # with sequence parallelism each TP rank holds tok / tp of the micro-batch's tokens and
     # dispatches only those (Megatron-Core's all-to-all token dispatcher: all-to-all over the EP
     # group, then an all-gather over the expert-TP group on NVLink, charged with the TP term)
     a2a_bytes = tok * k.top_k * k.h * k.wire_bytes / tp
-    m_ep = members_per_node(k, tp, ep_in, xp)  # in a building: these exchange on NVLink, the rest on the NIC
+    m_ep = members_per_node(k, et, ep_in, xp)  # in a building: these exchange on NVLink, the rest on the NIC
     t_a2a = xp.where(x_ep > 1, (B - 1) / B * a2a_bytes / bw_x_p2p + k.x_alpha_s,
                      all_to_all_time(a2a_bytes, ep, bw_ep_in, a_ep_in, xp, m_ep, k.nvlink_Bps))
     hide = xp.where(sc == S_DUALPIPEV, 1.0, 0.0)    # DualPipeV overlaps a2a with the paired chunk
@@ -171,7 +174,7 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
     # ---- data parallel groups (terms.dp_comm_groups) ----
     P_dense, P_exp = lay.P_dense, lay.P_exp
     n_d = dp * cp
-    n_e = xp.maximum(dp * cp / ep, 1.0)
+    n_e = xp.maximum(dp * cp * tp / (et * ep), 1.0)   # expert data parallel (folding: tp*cp*dp / (etp*ep))
     n_in_d, n_in_e = n_d / b_dp, n_e / x_exp
     is_fsdp, is_hsdp = fl == F_FSDP, fl == F_HSDP
     dp_groups = dp_comm_groups(k, p, batch, xp, t, lay)
@@ -282,7 +285,7 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
 
     # ---- memory per GPU (bottleneck rank; terms.memory_per_gpu) ----
     infl_mem = in_flight_microbatches(sc, pp, v, m_busiest, xp) if types else infl   # the busiest replica's
-    memory = memory_per_gpu(k, fl, rc, rg, owned, P_dense, P_exp, tp, ep, tok, Ls, Ls_dense, Ls_moe, infl_mem,
+    memory = memory_per_gpu(k, fl, rc, rg, owned, P_dense, P_exp, tp, ep, et, tok, Ls, Ls_dense, Ls_moe, infl_mem,
                             hs_memory, xp)
     deficit = xp.maximum(0.0, memory - k.hbm_bytes)
 
@@ -310,7 +313,7 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
     xb_per_gpu = xb_dp + xb_pp + xb_ep + xb_cp
     nvlink_bytes = m * Ls * xp.where(rc == R_FULL, 12.0, 8.0) * (tp - 1) / tp * s_tp
 
-    acct = {"m": m, "Ls": Ls, "Ls_moe": Ls_moe, "tp": tp, "cp": cp, "ep": ep, "pp": pp, "cp_in": cp_in, "x_cp": x_cp,
+    acct = {"m": m, "Ls": Ls, "Ls_moe": Ls_moe, "tp": tp, "cp": cp, "ep": ep, "et": et, "pp": pp, "cp_in": cp_in, "x_cp": x_cp,
             "ep_in": ep_in, "x_ep": x_ep, "nvlink_bytes": nvlink_bytes, "kv_bytes": kv_bytes, "bw_cp": bw_cp,
             "a_cp": a_cp, "a2a_bytes": a2a_bytes, "t_a2a": t_a2a, "m_ep": m_ep, "xb_cp": xb_cp, "xb_ep": xb_ep, "xb_pp": xb_pp,
             "stage_gpus": stage_gpus, "b_pp": b_pp, "hops": hops, "xhops": xhops, "s_pp": s_pp, "msgs": msgs,

@@ -38,11 +38,22 @@ class CostParams:
     """Compute speed of a framework class relative to Megatron's fused kernels (1.0), all layer
     compute scaled by it (WorkloadSpec.framework): eager PyTorch launches more, smaller kernels
     (unfused norms, activations, rotary, cross-entropy) and overlaps less. Fitted per class on
-    the published runs of that class; a class with no runs keeps 1.0."""
+    the published runs of that class; a class with no runs, and ``other`` always, takes the
+    geometric mean of the fitted non-Megatron classes (``validation.fit.with_framework_prior``)."""
     framework_efficiency_pytorch: float = 1.0
     framework_efficiency_nanotron: float = 1.0
     framework_efficiency_jax: float = 1.0
     framework_efficiency_other: float = 1.0
+    gpu_generation_efficiency_hopper: float = 1.0
+    """Tensor-core throughput a Hopper GPU (SM 9.x) sustains, as a fraction of its datasheet peak,
+    relative to an Ampere-or-older GPU's (the reference, 1.0); it scales the compute peaks, not
+    HBM bandwidth. Cause: the power cap. The H100 SXM measured at 700 W (``data/h100/README.md``,
+    sustained GEMM) runs large GEMMs at 1,335-1,470 MHz of the 1,980 MHz boost clock its datasheet
+    peak assumes, ~0.71 of it; an A100 holds close to its 1,410 MHz boost. One level for both
+    generations (``gemm_efficiency_max`` alone) made A100 runs too slow wherever H100 runs
+    dominated a fit and the reverse. Fitted on the published runs."""
+    gpu_generation_efficiency_blackwell: float = 1.0
+    """The same for Blackwell (SM 10.x: B200, GB200)."""
     network_efficiency: float = 0.8
     """Achieved collective bus bandwidth over NIC bandwidth on scale-out tiers (NCCL busbw)."""
     nvlink_efficiency: float = 0.8

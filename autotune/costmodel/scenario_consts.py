@@ -97,12 +97,16 @@ def _compute_consts(scenario: Scenario, params: CostParams) -> ScenarioConsts:
     m, c = scenario.model, scenario.cluster
     gpus = [b.gpu for b in c.buildings]
     # synchronous training runs at the pace of its slowest GPU; memory must fit the smallest
-    slow = min(gpus, key=lambda g: g.peak_flops(scenario.precision) or g.peak_flops_bf16)
+    slow = min(gpus, key=lambda g: (g.peak_flops(scenario.precision) or g.peak_flops_bf16)
+               * generation_efficiency(params, g))
+    sustained = generation_efficiency(params, slow)
     peak_bf16 = slow.peak_flops_bf16
     if scenario.precision == "fp32":
         peak_bf16 = slow.peak_flops("fp32")          # every GEMM and the attention core run in fp32
+    ridge = peak_bf16 / slow.hbm_bandwidth_Bps       # roofline ridge of the datasheet peak (the kernel-fitted shape)
+    peak_bf16 = peak_bf16 * sustained
     if scenario.precision == "fp8":
-        ratio = slow.peak_flops_fp8 / peak_bf16
+        ratio = slow.peak_flops_fp8 / slow.peak_flops_bf16
         peak_lin = peak_bf16 * (1.0 + (ratio - 1.0) * params.fp8_gemm_speedup_realised)
     else:
         peak_lin = peak_bf16
@@ -133,7 +137,7 @@ def _compute_consts(scenario: Scenario, params: CostParams) -> ScenarioConsts:
         B=c.n_buildings, G_b=G_b, node=min(g.nvlink_domain_gpus for g in gpus), zone=zone,
         b_pp_hybrid=b_pp_h, b_dp_hybrid=b_dp_h,
         peak_lin=peak_lin, peak_bf16=peak_bf16, peak_precision=slow.peak_flops(scenario.precision),
-        ridge=peak_bf16 / slow.hbm_bandwidth_Bps,   # roofline ridge of the precision's peak
+        ridge=ridge,
         hbm_bytes=min(g.hbm_bytes for g in gpus), hbm_Bps=min(g.hbm_bandwidth_Bps for g in gpus),
         nvlink_Bps=nvlink_Bps, nvlink_alpha_s=nvlink_alpha_s, nic_Bps=nic,
         so_Bps=so_Bps, so_alpha_s=c.scale_out.one_way_latency_s,
@@ -151,6 +155,18 @@ def _compute_consts(scenario: Scenario, params: CostParams) -> ScenarioConsts:
         fsdp_regather=_REGATHER[scenario.workload.fsdp_regather],
     )
     return k
+
+
+def generation_efficiency(params: CostParams, gpu) -> float:
+    """Sustained fraction of a GPU's datasheet compute peak relative to Ampere's, by its SM
+    version (CostParams.gpu_generation_efficiency_*): 9.x Hopper, 10 and above Blackwell, below
+    9 (Ampere, Volta, CPU ranks) the reference 1.0."""
+    cc = gpu.compute_capability
+    if cc >= 10.0:
+        return params.gpu_generation_efficiency_blackwell
+    if cc >= 9.0:
+        return params.gpu_generation_efficiency_hopper
+    return 1.0
 
 
 def framework_efficiency(params: CostParams, framework: str) -> float:

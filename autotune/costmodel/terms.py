@@ -25,7 +25,7 @@ F_DDP, F_ZERO1, F_FSDP, F_HSDP = DPFlavour   # codes: specs/codes.py
 
 TRANSPORT_KNOBS = ("xb_load_balancing", "xb_loss_recovery", "xb_queue_pairs", "nccl_channels", "nccl_buffer_mib")
 
-DP_KNOBS = ("tp", "cp", "ep", "pp", "pp_chunks", "dp", "placement", "dp_flavour", "collective",
+DP_KNOBS = ("tp", "cp", "ep", "etp", "pp", "pp_chunks", "dp", "placement", "dp_flavour", "collective",
             "nccl_protocol", "dp_bucket_mib") + TRANSPORT_KNOBS
 """Every batch column the data-parallel term reads (``dp_comm_groups`` sees only these)."""
 
@@ -78,10 +78,16 @@ class ComputeTerms(NamedTuple):
     head: object          # LM head (last rank)
 
 
-def compute_terms(k: ScenarioConsts, p: CostParams, mb, cp, tp, ep, xp) -> ComputeTerms:
+def compute_terms(k: ScenarioConsts, p: CostParams, mb, cp, tp, ep, et, xp) -> ComputeTerms:
     """Per-layer forward compute of a micro-batch of ``mb`` sequences split over cp (tokens
-    mb s / cp), TP tp and EP ep. It depends on these four knobs only, so ``iteration_formulas``
-    computes it once per distinct combination."""
+    mb s / cp), TP tp, EP ep and the experts' TP et (``expert_tp``). It depends on these five
+    knobs only, so ``iteration_formulas`` computes it once per distinct combination.
+
+    Experts under MoE parallel folding (Liu et al. 2025, arXiv:2504.14960, sec. 3): a rank
+    dispatches its tok / tp sequence-parallel tokens over the EP group, then gathers over the
+    experts' TP group of et ranks, so it runs tok top_k et / tp routed tokens through its
+    experts / ep local experts, each at ffn_e / et width: the FLOPs per rank do not depend on
+    et, the GEMM shapes do (et = tp: Megatron-Core without folding)."""
     from .kernels import attention_core_fwd_time_s, expert_block_time_s, gemm_time_s, memory_bound_time_s
     tok = mb * k.seq / cp
 
@@ -94,13 +100,13 @@ def compute_terms(k: ScenarioConsts, p: CostParams, mb, cp, tp, ep, xp) -> Compu
     mlp_dense = gemm_time(tok, k.h, up_n) + gemm_time(tok, k.ffn / tp, k.h)
     moe_lin = moe_permute = 0.0
     if k.experts:
-        tok_e = xp.maximum(tok * k.top_k * ep / k.experts, 1.0)   # tokens per local expert
-        routed = expert_block_time_s(tok_e, k.h, k.ffn_e / tp, k.mlp_mats, k.experts / ep, k.peak_lin, k.ridge, p)
+        tok_e = xp.maximum(tok * k.top_k * ep * et / (tp * k.experts), 1.0)   # tokens per local expert
+        routed = expert_block_time_s(tok_e, k.h, k.ffn_e / et, k.mlp_mats, k.experts / ep, k.peak_lin, k.ridge, p)
         shared = expert_block_time_s(tok, k.h, k.ffn_e / tp, k.mlp_mats, k.shared, k.peak_lin, k.ridge, p)
         moe_lin = routed * C.EXPERT_IMBALANCE_FACTOR + shared + 2.0 * tok * k.h * k.experts / (k.peak_lin * p.gemm_efficiency_max)
         # permute before dispatch (tok / tp tokens per rank under SP) and sort by local expert
-        # after it (tok tokens), un-permute both on the way back
-        routed_elems = tok * k.top_k * k.h * (1.0 + 1.0 / tp)
+        # after it and the experts' TP gather (tok et / tp tokens), un-permute both on the way back
+        routed_elems = tok * k.top_k * k.h * (1.0 + et) / tp
         moe_permute = memory_bound_time_s(C.MOE_PERMUTE_TRAFFIC_BYTES_PER_ROUTED_ELEMENT * routed_elems, k.hbm_Bps)
     core = attention_core_fwd_time_s(tok, k.attn_keys, k.qv_width / tp, k.peak_bf16, p, k.qk_head_dim, k.seq / cp)
     if not k.flash:
@@ -117,12 +123,24 @@ def layers_on_rank(k: ScenarioConsts, pp, v, xp):
     return Ls, Ls - Ls_moe, Ls_moe
 
 
-def stage_params(k: ScenarioConsts, tp, ep, pp, Ls_dense, Ls_moe, xp):
+def expert_tp(batch, xp):
+    """The experts' TP degree of each row: ``etp``, or tp where etp is 0 or the batch has no
+    ``etp`` column (no folding)."""
+    f = xp.asfloat
+    tp = f(batch["tp"])
+    if batch.get("etp") is None:
+        return tp
+    etp = f(batch["etp"])
+    return xp.where(etp > 0, etp, tp)
+
+
+def stage_params(k: ScenarioConsts, tp, ep, et, pp, Ls_dense, Ls_moe, xp):
     """(dense, expert) parameters one GPU holds before any data-parallel sharding: its layers'
-    share over TP (experts over TP x EP), plus the embedding and head (both on one rank at pp 1)."""
+    share over TP (experts over the experts' TP x EP), plus the embedding and head (both on one
+    rank at pp 1)."""
     P_dense = (Ls_dense * (k.attn_params + k.dense_mlp_params) + Ls_moe * k.moe_other_params) / tp \
         + k.vocab * k.h / tp * xp.where(pp > 1, 1.0, 2.0)
-    P_exp = Ls_moe * k.experts * k.expert_params / (tp * ep)
+    P_exp = Ls_moe * k.experts * k.expert_params / (et * ep)
     return P_dense, P_exp
 
 
@@ -150,7 +168,7 @@ def layout(k: ScenarioConsts, batch, xp) -> Layout:
     f = xp.asfloat
     tp, ep, pp, v = (f(batch[x]) for x in ("tp", "ep", "pp", "pp_chunks"))
     Ls, Ls_dense, Ls_moe = layers_on_rank(k, pp, v, xp)
-    return Layout(Ls, Ls_dense, Ls_moe, *stage_params(k, tp, ep, pp, Ls_dense, Ls_moe, xp),
+    return Layout(Ls, Ls_dense, Ls_moe, *stage_params(k, tp, ep, expert_tp(batch, xp), pp, Ls_dense, Ls_moe, xp),
                   *building_spans(k, batch["placement"], xp))
 
 
@@ -184,7 +202,8 @@ def dp_comm_groups(k: ScenarioConsts, p: CostParams, batch, xp, t: Transport | N
     ch, buf = t.ch, t.buf
     Ls, P_dense, P_exp, b_dp, x_exp = lay.Ls, lay.P_dense, lay.P_exp, lay.b_dp, lay.x_exp
     n_in_d = dp * cp / b_dp
-    n_in_e = xp.maximum(dp * cp / ep, 1.0) / x_exp
+    et = expert_tp(batch, xp)
+    n_in_e = xp.maximum(dp * cp * tp / (et * ep), 1.0) / x_exp
     bw_x_all = t.goodput(float(k.G_b), ch, ch * buf)   # every GPU of the building crosses at once
     ax_all = k.x_alpha_s * t.stall(ch, ch * buf)
     is_ddp, is_fsdp, is_hsdp = fl == F_DDP, fl == F_FSDP, fl == F_HSDP
@@ -220,7 +239,7 @@ def dp_comm_groups(k: ScenarioConsts, p: CostParams, batch, xp, t: Transport | N
 
     parts = [group(P_dense * k.wire_bytes, n_in_d, b_dp, tp)]
     if k.experts:
-        parts.append(group(P_exp * k.wire_bytes, n_in_e, x_exp, tp * ep))
+        parts.append(group(P_exp * k.wire_bytes, n_in_e, x_exp, et * ep))
     if p.dp_collective_scale != 1.0:                     # 0 must give 0 even where a time is infinite
         s = p.dp_collective_scale
         parts = [g._replace(**{n: xp.where(s == 0.0, 0.0, getattr(g, n) * s) for n in ("ar", "rs", "rs_in", "hs_x")})
@@ -260,7 +279,7 @@ def speed_types(scenario, p: CostParams) -> tuple:
         return ()
 
     def layer_s(kk) -> float:
-        t = compute_terms(kk, p, 1.0, 1.0, 1.0, 1.0, SCALAR)
+        t = compute_terms(kk, p, 1.0, 1.0, 1.0, 1.0, 1.0, SCALAR)
         return float(t.attn_lin + t.core + t.elem + (1 - kk.moe_frac) * t.mlp_dense
                      + kk.moe_frac * (t.moe_lin + t.moe_permute))
     slow_s = layer_s(scenario_consts(scenario, p))
@@ -353,7 +372,7 @@ def hetero_shares(types: tuple, L, p: CostParams, batch, m, pp, Ls, pace_at, fil
                         xp.where(use_pp, g_x, 1.0), plan, xp.where(use_dp, busiest, m))
 
 
-def memory_per_gpu(k: ScenarioConsts, fl, rc, rg, owned, P_dense, P_exp, tp, ep, tok, Ls, Ls_dense, Ls_moe, infl,
+def memory_per_gpu(k: ScenarioConsts, fl, rc, rg, owned, P_dense, P_exp, tp, ep, et, tok, Ls, Ls_dense, Ls_moe, infl,
                    hetero_memory, xp):
     """Bytes one GPU holds at its peak (the bottleneck rank):
     - states: mixed-precision Adam, 2 + 4 + 12 bytes per parameter (ZeRO paper), the optimizer's
@@ -373,7 +392,7 @@ def memory_per_gpu(k: ScenarioConsts, fl, rc, rg, owned, P_dense, P_exp, tp, ep,
                       (k.weight_bytes + k.grad_bytes) * (P_dense + P_exp)
                       + k.optimizer_bytes * owned)
     layer_params = (k.attn_params + xp.maximum(k.dense_mlp_params, k.moe_other_params - k.attn_params
-                                               + k.experts * k.expert_params / ep)) / tp
+                                               + k.experts * k.expert_params * tp / (ep * et))) / tp
     gather_buf = xp.where(sharded_all, 2 * k.weight_bytes * layer_params, 0.0)
     swiglu = 1.5 if k.mlp_mats == 3 else 1.0
     mlp_dense_k = k.ffn * swiglu / (4 * k.h)

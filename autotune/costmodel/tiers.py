@@ -79,7 +79,7 @@ def accounting(k, a: dict, xp) -> dict:
     # EP: dispatch and combine, forward and backward
     ep = a["ep"]
     ep_total = m * Ls_moe * 4.0 * (ep - 1.0) / ep * a["a2a_bytes"]
-    ep_in_code = in_building_tier(k, a["tp"] * a["ep_in"], xp)   # EP members tp apart (iteration.py)
+    ep_in_code = in_building_tier(k, a["et"] * a["ep_in"], xp)   # EP members etp apart (iteration.py)
     # inside the building, the m_ep - 1 destinations on the GPU's own node are reached on NVLink
     ep_inside = xp.maximum(ep_total - a["xb_ep"], 0.0)
     nvl_share = xp.where(ep_in_code == T_SCALE_OUT,
@@ -124,7 +124,7 @@ def _dp_group(k, a, g: int, xp) -> dict:
     fl, colls = a["fl"], a["fsdp_colls"]
     S = (a["P_dense"] if g == 0 else a["P_exp"]) * k.wire_bytes
     n_in, n_x = (a["n_in_d"], a["b_dp"]) if g == 0 else (a["n_in_e"], a["x_exp"])
-    stride = a["tp"] if g == 0 else a["tp"] * a["ep"]
+    stride = a["tp"] if g == 0 else a["et"] * a["ep"]
     n = n_in * n_x
     frac, frac_in = (n - 1.0) / xp.maximum(n, 1.0), (n_in - 1.0) / xp.maximum(n_in, 1.0)
     is_hsdp = fl == F_HSDP

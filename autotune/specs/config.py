@@ -39,7 +39,7 @@ CATEGORICAL = {
     "xb_loss_recovery": LOSS_RECOVERY, "collective": COLLECTIVES, "nccl_protocol": PROTOCOLS,
     "hetero_split": HETERO_SPLITS,
 }
-INTEGER = ("tp", "cp", "ep", "pp", "dp", "pp_chunks", "micro_batch", "overlap_dp", "xb_queue_pairs",
+INTEGER = ("tp", "cp", "ep", "etp", "pp", "dp", "pp_chunks", "micro_batch", "overlap_dp", "xb_queue_pairs",
            "nccl_channels", "nccl_buffer_mib", "dp_bucket_mib")
 FIELDS = INTEGER + tuple(CATEGORICAL)
 
@@ -58,6 +58,9 @@ class Config(BaseModel):
     tp: int = Field(default=1, ge=1, le=MAX_DEGREE, description="tensor_parallel_degree (with sequence parallelism)")
     cp: int = Field(default=1, ge=1, le=MAX_DEGREE, description="context_parallel_degree")
     ep: int = Field(default=1, ge=1, le=MAX_DEGREE, description="expert_parallel_degree (divides dp)")
+    etp: int = Field(default=0, ge=0, le=MAX_DEGREE, description="expert tensor-parallel degree (Megatron-Core's "
+                     "MoE parallel folding, --expert-tensor-parallel-size): the experts' own TP, a divisor of tp; "
+                     "0 = the same as tp. With etp < tp the EP group spans TP ranks: etp*ep divides tp*cp*dp")
     pp: int = Field(default=1, ge=1, le=MAX_DEGREE, description="pipeline_parallel_degree")
     dp: int = Field(default=1, ge=1, le=MAX_DEGREE, description="data_parallel degree (replicate x shard)")
     placement: Literal[PLACEMENTS] = "dp_out"

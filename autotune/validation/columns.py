@@ -32,7 +32,7 @@ COLUMNS = ("source", "model_name", "params_b", "n_layers", "hidden", "ffn_hidden
            "vpp", "micro_batch", "global_batch_seqs", "recompute", "precision", "zero_or_fsdp",
            "pipeline_schedule", "measured_metric", "measured_value",
            # optional columns (issue 13): what published runs state beyond the layout
-           "expert_ffn_hidden", "moe_shared_experts", "first_k_dense", "moe_layer_step", "head_dim", "attention",
+           "etp", "expert_ffn_hidden", "moe_shared_experts", "first_k_dense", "moe_layer_step", "head_dim", "attention",
            "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "v_head_dim", "sliding_window",
            "sliding_window_layers", "activation", "framework", "flops_convention", "hbm_gb", "hbm_tbps",
            "nic_gbps", "peak_memory_gb", "notes")
@@ -80,7 +80,7 @@ GATED_NAME_RULE = r"llama|mixtral|mistral|qwen|deepseek|gemma|olmo|internlm|yi\b
 _ATTENTION_RULES = [(r"mla|latent", "mla"), (r"gqa|grouped|mqa|multi[ _-]?query|mha|multi[ _-]?head|full|dense|"
                                             r"standard|causal", "gqa")]
 _FRAMEWORK_RULES = [(r"megatron|nemo|mcore|mlperf", "megatron"), (r"deepspeed", "deepspeed"),
-                    (r"nanotron|picotron|fast-llm", "nanotron"), (r"maxtext|jax|pax|t5x", "jax"),
+                    (r"nanotron|picotron", "nanotron"), (r"maxtext|jax|pax|t5x", "jax"),
                     (r"torchtitan|composer|llm-foundry|mosaic|fsdp|lightning|olmo|internevo|colossal|pytorch|fms",
                      "pytorch")]
 """Framework spellings (in ``framework``, else in ``source``), first match wins;

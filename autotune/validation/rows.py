@@ -166,8 +166,15 @@ def build_case(i: int, row: dict) -> RunCase:
                    _cell(row, "cp"))
     if ep > 1 and not experts:
         raise Skip("expert parallelism on a dense model (moe_experts empty or 0)", "ep", _cell(row, "ep"))
-    if experts and (experts % ep or (dp * cp) % ep):
-        raise Skip(f"ep must divide moe_experts ({experts}) and dp*cp ({dp * cp})", "ep", _cell(row, "ep"))
+    etp = _int(row, "etp", 0, allow_zero=True)
+    if etp and not experts:
+        raise Skip("expert tensor parallelism on a dense model (moe_experts empty or 0)", "etp", _cell(row, "etp"))
+    if etp and tp % etp:
+        raise Skip(f"etp must divide tp ({tp})", "etp", _cell(row, "etp"))
+    et = etp or tp
+    if experts and (experts % ep or (tp * dp * cp) % (et * ep)):
+        raise Skip(f"ep must divide moe_experts ({experts}), and etp*ep = {et * ep} must divide tp*dp*cp "
+                   f"({tp * dp * cp})", "ep", _cell(row, "ep"))
     vpp = _int(row, "vpp", 0, allow_zero=True)
     mb = _int(row, "micro_batch", ASSUMED_MICRO_BATCH)
     gb = _int(row, "global_batch_seqs")
@@ -250,7 +257,7 @@ def build_case(i: int, row: dict) -> RunCase:
     if flavour == "fsdp" and is_deepspeed_zero3(flavour_text, _cell(row, "framework"), row.get("source") or ""):
         overlap = 0
         assumed.append("overlap_dp=0 (DeepSpeed ZeRO-3: gathers and reduce-scatters not overlapped)")
-    cfg = Config(tp=tp, cp=cp, ep=ep, pp=pp, dp=dp, placement="dp_out", dp_flavour=flavour,
+    cfg = Config(tp=tp, cp=cp, ep=ep, etp=etp, pp=pp, dp=dp, placement="dp_out", dp_flavour=flavour,
                  pp_schedule=sched, pp_chunks=chunks, micro_batch=mb, overlap_dp=overlap,
                  recompute=rec if rec in RECOMPUTE_VALUES else "none")
     return RunCase(i, name, row.get("source") or "", row.get("notes") or "", metric, measured, scen, cfg,

@@ -1,0 +1,70 @@
+"""Expert tensor parallelism (Megatron-Core's MoE parallel folding, issue 13): the experts' own TP
+degree ``etp``. Invariants as property tests: etp = tp is the unfolded model, FLOPs do not depend
+on etp, experts without TP hold tp / etp times the expert weights and skip the TP collectives
+around them; and the space's legality rule."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from autotune.configbatch import batch_from_configs
+from autotune.costmodel import evaluate, evaluate_batch
+from autotune.space import SearchSpace
+from autotune.specs import Config, build_scenario
+
+SCEN = build_scenario("mixtral-8x7b", "single-building", gpus=64, global_batch=256)
+SETTINGS = settings(max_examples=25, deadline=None)
+
+
+def _cfg(tp, ep, etp, mb=1, flavour="zero1", rec="none"):
+    dp = SCEN.n_gpus // tp
+    return Config(tp=tp, ep=ep, etp=etp, dp=dp, micro_batch=mb, dp_flavour=flavour, recompute=rec)
+
+
+degrees = st.sampled_from([(2, 4), (2, 8), (4, 8), (8, 8), (4, 2), (8, 4)])
+knobs = dict(mb=st.sampled_from([1, 2]), flavour=st.sampled_from(["ddp", "zero1", "fsdp"]),
+             rec=st.sampled_from(["none", "selective", "full"]))
+
+
+@SETTINGS
+@given(deg=degrees, **knobs)
+def test_etp_equal_to_tp_is_the_unfolded_model(deg, mb, flavour, rec):
+    tp, ep = deg
+    a, b = (evaluate(SCEN, _cfg(tp, ep, e, mb, flavour, rec), check=False) for e in (0, tp))
+    assert a.iteration_time_s == b.iteration_time_s and a.memory_per_gpu_bytes == b.memory_per_gpu_bytes
+
+
+@SETTINGS
+@given(deg=degrees, **knobs)
+def test_folding_keeps_flops_drops_tp_collectives_and_holds_more_expert_weights(deg, mb, flavour, rec):
+    tp, ep = deg
+    if tp == 1:
+        return
+    cfgs = [_cfg(tp, ep, tp, mb, flavour, rec), _cfg(tp, ep, 1, mb, flavour, rec)]
+    out = evaluate_batch(SCEN, batch_from_configs(cfgs))
+    assert out["mfu"][0] * out["iteration_time_s"][0] == pytest.approx(out["mfu"][1] * out["iteration_time_s"][1])
+    assert out["tp_comm_s"][1] < out["tp_comm_s"][0]
+    if flavour != "fsdp":     # FSDP shards the expert weights over the (larger) expert-DP group
+        assert out["memory_per_gpu_bytes"][1] > out["memory_per_gpu_bytes"][0]
+
+
+def test_a_batch_without_an_etp_column_reads_as_etp_0():
+    cfgs = [_cfg(4, 8, 0), _cfg(2, 4, 0, flavour="fsdp")]
+    full = batch_from_configs(cfgs)
+    bare = {k: v for k, v in full.items() if k != "etp"}
+    a, b = evaluate_batch(SCEN, full), evaluate_batch(SCEN, bare)
+    assert np.array_equal(a["iteration_time_s"], b["iteration_time_s"])
+
+
+def test_space_rule_for_etp():
+    space = SearchSpace(SCEN)
+    ok = [_cfg(4, 8, 1), _cfg(4, 8, 2), _cfg(4, 8, 0)]
+    bad = [_cfg(4, 8, 3), _cfg(8, 8, 1).model_copy(update={"ep": 16})]
+    mask = space.legal_mask(batch_from_configs(ok + bad))
+    assert list(mask) == [True, True, True, False, False]
+    dense = SearchSpace(build_scenario("llama3-8b", "single-building", gpus=64, global_batch=256))
+    c = Config(tp=2, etp=1, dp=dense.scenario.n_gpus // 2)
+    assert not dense.legal_mask(batch_from_configs([c]))[0]
+    assert dense.legal_mask(batch_from_configs([c.model_copy(update={"etp": 0})]))[0]
