@@ -283,7 +283,7 @@ MESSY = [  # column, value, words the reason must contain
     ("gpu_type", "Gaudi 3", "hardware preset"), ("precision", "int4", "bf16/fp16/fp8"),
     ("recompute", "sometimes", "none/selective/full"), ("zero_or_fsdp", "megashard", "flavour"),
     ("micro_batch", "0x10", "not a number"), ("vocab", "\x00", "not a number"), ("moe_experts", "-2", "non-negative"),
-    ("etp", "two", "not a number"),
+    ("etp", "two", "not a number"), ("tp_comm_overlap", "maybe", "not yes/no"),
     ("hidden", "1e300", "hidden"), ("global_batch_seqs", "3", "multiple of dp*micro_batch"),
 ]
 

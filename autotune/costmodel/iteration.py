@@ -78,6 +78,21 @@ def _public(out: dict, n: int) -> dict:
     return {k: (v if np.ndim(v) else np.full(n, v)) for k, v in out.items() if not k.startswith("_")}
 
 
+def tp_collective_time(size_bytes, n, nvlink_Bps, ovh_scale, ll128: bool, xp):
+    """One sequence-parallel all-gather or reduce-scatter of ``size_bytes`` (the gathered buffer)
+    over n GPUs of one NVLink domain, as NCCL's tuner estimates a ring (tuning.cc, ``nccl.py``):
+    per protocol, base latency + (n - 1) NVLink step latencies + (n - 1) / n of the bytes at the
+    protocol's share of the link rate, and the fastest protocol (LL128 only where the node runs
+    it). The latencies, not the bytes, dominate the small messages of small models at high TP."""
+    protos = (N.PROTO_SIMPLE, N.PROTO_LL128, N.PROTO_LL) if ll128 else (N.PROTO_SIMPLE, N.PROTO_LL)
+    best = None
+    for pr in protos:
+        t = ovh_scale * (N.RING_BASE_LATENCY_s[pr] + (n - 1) * N.RING_NVLINK_STEP_LATENCY_s[pr]) \
+            + (n - 1) / n * size_bytes / (nvlink_Bps * N.RING_BW_FACTOR[pr])
+        best = t if best is None else xp.minimum(best, t)
+    return best
+
+
 def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> dict:
     """The cost model, written once for any array backend ``xp`` (see ``xp.py``)."""
     k = scenario_consts(scenario, p)
@@ -126,11 +141,20 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
 
     # ---- tensor parallel (sequence parallel): 2 all-gathers + 2 reduce-scatters per layer pass ----
     s_tp = tok * k.h * k.wire_bytes
-    t_tp_coll = xp.where(tp > 1, (tp - 1) / tp * s_tp / k.nvlink_Bps + (tp - 1) * k.nvlink_alpha_s, 0.0)
+    t_tp_coll = xp.where(tp > 1, tp_collective_time(s_tp, tp, k.nvlink_Bps, p.nccl_overhead_scale, k.ll128, xp), 0.0)
     # an MoE layer whose experts run without TP (etp 1, folding) has no TP collective around them
     tp_colls = 2 * Ls + 2 * (Ls_dense + Ls_moe * xp.where(et > 1, 1.0, 0.0))
-    tp_f = tp_colls * t_tp_coll
-    tp_b = tp_colls * t_tp_coll * xp.where(rc == R_FULL, 2.0, 1.0)
+    tp_f_link = tp_colls * t_tp_coll
+    tp_b_link = tp_colls * t_tp_coll * xp.where(rc == R_FULL, 2.0, 1.0)
+    tp_f, tp_b = tp_f_link, tp_b_link
+    if k.tp_overlap:
+        # TransformerEngine's comm-GEMM overlap (Wang et al., ASPLOS'23, "Overlap communication with
+        # dependent computation via decomposition"): each all-gather / reduce-scatter is split into
+        # tp chunks exchanged in a ring while the adjacent GEMM consumes the chunks present, so
+        # only the first chunk, or what outlasts the layer's GEMMs (forward: lin_f; backward:
+        # data and weight gradients, 2 lin_f), stays exposed
+        tp_f = xp.maximum(tp_f_link / tp, tp_f_link - lin_f)
+        tp_b = xp.maximum(tp_b_link / tp, tp_b_link - 2.0 * lin_f)
 
     # ---- context parallel: ring of K/V blocks (TransformerEngine's P2P ring attention) ----
     # cp steps per layer pass; each of the cp - 1 transfers (the next K/V block; in backward
@@ -244,7 +268,8 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
         fill = xp.where(pp > 1, bubble_time(sc, pp, v, f1, b1, t_w, xp), 0.0)   # fill and drain at the even pace
         hs = hetero_shares(types, k.L, p, batch, m, pp, Ls, pace_at, fill, xp)
         t_f_comp, t_b_comp, t_w_comp = hs.compute * t_f_comp, hs.compute * t_b_comp, hs.compute * t_w_comp
-        tp_f, tp_b, cp_f, cp_b, ep_f, ep_b = (hs.comm * x for x in (tp_f, tp_b, cp_f, cp_b, ep_f, ep_b))
+        tp_f, tp_b, cp_f, cp_b, ep_f, ep_b, tp_f_link, tp_b_link = (hs.comm * x for x in (tp_f, tp_b, cp_f, cp_b, ep_f, ep_b,
+                                                                                tp_f_link, tp_b_link))
         gather_f_mb, gather_b_mb = hs.comm * gather_f_mb, hs.comm * gather_b_mb
         t_f, t_b, t_w, T_comp, T_mb = per_microbatch()
         hs_memory, hetero_plan, m_busiest = hs.memory, hs.plan, hs.microbatches
@@ -319,7 +344,7 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
             "stage_gpus": stage_gpus, "b_pp": b_pp, "hops": hops, "xhops": xhops, "s_pp": s_pp, "msgs": msgs,
             "t_p2p_x": t_p2p_x, "t_p2p_in": t_p2p_in, "dp_groups": dp_groups, "fl": fl, "fsdp_colls": fsdp_colls,
             "P_dense": P_dense, "P_exp": P_exp, "n_in_d": n_in_d, "n_in_e": n_in_e, "b_dp": b_dp, "x_exp": x_exp,
-            "tp_s": m * (tp_f + tp_b), "cp_s": m * (cp_f + cp_b), "ep_s": m * (ep_f + ep_b),
+            "tp_s": m * (tp_f + tp_b), "tp_link_s": m * (tp_f_link + tp_b_link), "cp_s": m * (cp_f + cp_b), "ep_s": m * (ep_f + ep_b),
             "pp_s": p2p_part + pp_latency, "dp_step_s": dp_exposed, "dp_pass_s": fsdp_part, "pass_colls": pass_colls}
     return {
         "iteration_time_s": iteration,

@@ -39,6 +39,7 @@ class ScenarioConsts:
     x_tier_name: str             # "cross_region" where buildings span regions, else "cross_building"
     net_eff: float
     flash: bool
+    tp_overlap: bool             # WorkloadSpec.tp_comm_overlap
     compute_scale: float         # 1 / framework_efficiency of the workload's framework class
     wire_bytes: float            # bytes per element of activations, gathered weights, reduced gradients
     weight_bytes: float; grad_bytes: float; optimizer_bytes: float   # resident, per parameter
@@ -150,6 +151,7 @@ def _compute_consts(scenario: Scenario, params: CostParams) -> ScenarioConsts:
         fsdp_unit_layers=float(scenario.workload.fsdp_unit_layers),
         x_tier=xt, x_tier_name="cross_region" if len({b.region for b in c.buildings}) > 1 else "cross_building",
         net_eff=params.network_efficiency, flash=scenario.workload.flash_attention,
+        tp_overlap=scenario.workload.tp_comm_overlap,
         compute_scale=1.0 / framework_efficiency(params, scenario.workload.framework),
         **dict(zip(("wire_bytes", "weight_bytes", "grad_bytes", "optimizer_bytes"), precision_bytes(scenario.precision))),
         fsdp_regather=_REGATHER[scenario.workload.fsdp_regather],

@@ -66,8 +66,8 @@ def accounting(k, a: dict, xp) -> dict:
                     acc[kk] = acc[kk] + xp.where(on, val, 0.0)
 
     m, Ls, Ls_moe = a["m"], a["Ls"], a["Ls_moe"]
-    # TP: inside the NVLink domain, not overlapped
-    add("tp", T_NVLINK, a["nvlink_bytes"], a["tp_s"], a["tp_s"])
+    # TP: inside the NVLink domain, not overlapped unless the workload says tp_comm_overlap
+    add("tp", T_NVLINK, a["nvlink_bytes"], a["tp_link_s"], a["tp_s"])   # exposed < link under tp_comm_overlap
     # CP: the K/V ring, 1 block per step forward and 2 backward; crossing only where cp_out
     cp = a["cp"]
     cp_total = m * Ls * 3.0 * (cp - 1.0) * a["kv_bytes"]

@@ -26,5 +26,8 @@ class WorkloadSpec(BaseModel):
     framework: Literal["megatron", "deepspeed", "pytorch", "nanotron", "jax", "other"] = Field(
         default="megatron", description="training framework class: its compute runs at the fitted "
         "framework_efficiency_<class> of Megatron's fused kernels (megatron = 1; CostParams)")
+    tp_comm_overlap: bool = Field(default=False, description="tensor-parallel collectives overlapped with "
+                                  "their GEMMs (TransformerEngine userbuffers, Megatron --tp-comm-overlap): "
+                                  "only what outlasts the layer's GEMMs, and at least one of tp chunks, is exposed")
     flash_attention: bool = Field(default=True, description="fused attention (FlashAttention): causal "
                                   "blocks skipped, no s^2 scores stored or streamed through HBM")

@@ -46,6 +46,26 @@ def _convention(row: dict, assumed: list, metric: str) -> str:
     return conv
 
 
+_YES = ("yes", "true", "on", "1", "enabled", "overlap", "--tp-comm-overlap", "tp-comm-overlap", "userbuffers", "ub")
+_NO = ("no", "false", "off", "0", "disabled", "none")
+
+
+def _tp_overlap(row: dict, assumed: list, tp: int) -> bool:
+    """``tp_comm_overlap``: yes / true / on / 1 / --tp-comm-overlap / userbuffers, or no / false /
+    off / 0 (case-insensitive); not stated = no overlap, printed with the row where tp > 1."""
+    text = _cell(row, "tp_comm_overlap")
+    t = text.lower().strip()
+    if not t:
+        if tp > 1:
+            assumed.append("tp_comm_overlap=no (not stated)")
+        return False
+    if t in _YES:
+        return True
+    if t in _NO:
+        return False
+    raise Skip("not yes/no (TP communication overlapped with its GEMMs: --tp-comm-overlap)", "tp_comm_overlap", text)
+
+
 def _float(row: dict, key: str) -> float | None:
     raw = _cell(row, key)
     if not raw:
