@@ -28,6 +28,8 @@ def config_at(batch: ConfigBatch, i: int) -> Config:
     """Row ``i`` of a batch as a Config."""
     d = {}
     for f in FIELDS:
+        if f == "etp" and f not in batch:      # optional column: absent = 0 (the experts' TP is tp)
+            continue
         x = int(batch[f][i])
         d[f] = CATEGORICAL[f][x] if f in CATEGORICAL else x
     return Config(**d)

@@ -21,7 +21,7 @@ from .errors import UserInputError
 from .space import SearchSpace
 from .specs import Config, Scenario
 
-FACTORS = (("degrees", ("tp", "cp", "ep", "pp", "dp")), ("placement", ("placement",)),
+FACTORS = (("degrees", ("tp", "cp", "ep", "etp", "pp", "dp")), ("placement", ("placement",)),
            ("dp_flavour", ("dp_flavour",)), ("pp_schedule", ("pp_schedule", "pp_chunks")),
            ("micro_batch", ("micro_batch",)), ("recompute", ("recompute",)), ("overlap_dp", ("overlap_dp",)),
            ("collective", ("collective",)), ("nccl_protocol", ("nccl_protocol",)),

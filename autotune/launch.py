@@ -105,6 +105,8 @@ def megatron_args(scenario, cfg: Config) -> tuple[list[str], list[str]]:
     notes = []
     if cfg.tp > 1:
         args.append("--sequence-parallel")
+    if cfg.etp and cfg.etp != cfg.tp:
+        args.append(f"--expert-tensor-parallel-size {cfg.etp}")
     if cfg.pp_schedule == "interleaved_1f1b":
         per_stage = m.n_layers // (cfg.pp * cfg.pp_chunks)
         if per_stage * cfg.pp * cfg.pp_chunks == m.n_layers:

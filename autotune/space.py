@@ -182,7 +182,8 @@ class SearchSpace:
                 [bd.gpus % mp == 0 for bd in c.buildings], axis=0)
             f_pp = self._hybrid_pp(B)
             ok = [      # in Placement's order: dp_out, pp_out, hybrid, ep_out, cp_out
-                (dp % B == 0) & whole_replicas & (((dp * cp // np.maximum(ep, 1)) % B == 0) | (ep == 1)),
+                # the expert-DP group (tp*cp*dp / (etp*ep) members) must span the buildings too
+                (dp % B == 0) & whole_replicas & ((((tp * dp * cp) // np.maximum(et * ep, 1)) % B == 0) | (ep == 1)),
                 (pp % B == 0) & uniform,
                 (f_pp > 0) & (pp % max(f_pp, 1) == 0) & (dp % max(B // max(f_pp, 1), 1) == 0) & uniform & (f_pp > 0),
                 (ep % B == 0) & (ep > 1) & uniform,

@@ -68,3 +68,33 @@ def test_space_rule_for_etp():
     c = Config(tp=2, etp=1, dp=dense.scenario.n_gpus // 2)
     assert not dense.legal_mask(batch_from_configs([c]))[0]
     assert dense.legal_mask(batch_from_configs([c.model_copy(update={"etp": 0})]))[0]
+
+
+def test_folded_expert_dp_must_span_the_buildings_under_dp_out():
+    """ep = 8 over tp x dp = 8 GPUs of 2 buildings leaves one expert-DP member: the EP group itself
+    would cross the buildings, which dp_out does not price (review of this change)."""
+    s = build_scenario("mixtral-8x7b", "metro-2bldg", gpus=8, global_batch=16)
+    space = SearchSpace(s)
+    folded = Config(tp=4, ep=8, etp=1, dp=2, placement="dp_out")
+    ok = Config(tp=4, ep=4, etp=1, dp=2, placement="dp_out")
+    mask = space.legal_mask(batch_from_configs([folded, ok]))
+    assert list(mask) == [False, True]
+
+
+def test_shared_experts_keep_their_tp_collectives():
+    s = build_scenario("llama4-maverick", "single-building", gpus=64, global_batch=256)
+    assert s.model.moe_shared_experts > 0
+    cfgs = [Config(tp=4, ep=8, etp=e, dp=16) for e in (0, 1)]
+    out = evaluate_batch(s, batch_from_configs(cfgs), check=False)
+    assert out["tp_comm_s"][0] == out["tp_comm_s"][1]
+
+
+def test_config_at_and_launch_files_carry_etp():
+    from autotune.configbatch import config_at
+    from autotune.launch import megatron_args
+    b = batch_from_configs([_cfg(4, 8, 1)])
+    assert config_at(b, 0).etp == 1
+    assert config_at({k: v for k, v in b.items() if k != "etp"}, 0).etp == 0
+    args, _ = megatron_args(SCEN, _cfg(4, 8, 1))
+    assert "--expert-tensor-parallel-size 1" in args
+    assert not any("expert-tensor" in a for a in megatron_args(SCEN, _cfg(4, 8, 0))[0])

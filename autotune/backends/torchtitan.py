@@ -114,6 +114,9 @@ def torchtitan_notes(scenario, config) -> list[str]:
         notes.append(f"{scenario.model.n_layers} layers cannot be cut into {config.pp} x {config.pp_chunks} "
                      "virtual stages with pipeline_parallel_layers_per_stage: set "
                      "parallelism.module_fqns_per_model_part by hand (else torchtitan runs 2 stages per rank)")
+    if config.etp and config.etp != config.tp:
+        notes.append(f"etp={config.etp}: set parallelism.expert_tensor_parallel_degree={config.etp} (not written by "
+                     "this mapping, which covers the options in TORCHTITAN_OPTIONS; torchtitan takes it as 1 or tp)")
     return notes
 
 

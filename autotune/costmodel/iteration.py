@@ -142,8 +142,9 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
     # ---- tensor parallel (sequence parallel): 2 all-gathers + 2 reduce-scatters per layer pass ----
     s_tp = tok * k.h * k.wire_bytes
     t_tp_coll = xp.where(tp > 1, tp_collective_time(s_tp, tp, k.nvlink_Bps, p.nccl_overhead_scale, k.ll128, xp), 0.0)
-    # an MoE layer whose experts run without TP (etp 1, folding) has no TP collective around them
-    tp_colls = 2 * Ls + 2 * (Ls_dense + Ls_moe * xp.where(et > 1, 1.0, 0.0))
+    # an MoE layer whose experts run without TP (etp 1, folding) and that has no shared expert
+    # (shared experts run at tp) has no TP collective around its MLP block
+    tp_colls = 2 * Ls + 2 * (Ls_dense + Ls_moe * xp.where((et > 1) | (k.shared > 0), 1.0, 0.0))
     tp_f_link = tp_colls * t_tp_coll
     tp_b_link = tp_colls * t_tp_coll * xp.where(rc == R_FULL, 2.0, 1.0)
     tp_f, tp_b = tp_f_link, tp_b_link
@@ -174,7 +175,7 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
     # Rank order (Megatron-Core's MoE parallel folding: the expert mesh is tp-ep-dp-pp with cp
     # folded into ep and expert dp, parallel_state.py's expert RankGenerator has cp=1): EP
     # members are tp GPUs apart, whatever cp is; the expert DP group (terms.dp_comm_groups) is
-    # tp * ep apart.
+    # etp * ep apart (the experts' TP, ``etp``, is tp without folding).
     ep_in = ep / x_ep
     bw_ep_in, a_ep_in = tier_of_span(k, et * ep_in, xp)   # EP members et apart (expert mesh etp-ep-dp)
     # with sequence parallelism each TP rank holds tok / tp of the micro-batch's tokens and
@@ -270,6 +271,9 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
         t_f_comp, t_b_comp, t_w_comp = hs.compute * t_f_comp, hs.compute * t_b_comp, hs.compute * t_w_comp
         tp_f, tp_b, cp_f, cp_b, ep_f, ep_b, tp_f_link, tp_b_link = (hs.comm * x for x in (tp_f, tp_b, cp_f, cp_b, ep_f, ep_b,
                                                                                 tp_f_link, tp_b_link))
+        if k.tp_overlap:     # the overlap budget is the bottleneck rank's own GEMMs under the shares
+            tp_f = xp.maximum(tp_f_link / tp, tp_f_link - hs.compute * lin_f)
+            tp_b = xp.maximum(tp_b_link / tp, tp_b_link - 2.0 * hs.compute * lin_f)
         gather_f_mb, gather_b_mb = hs.comm * gather_f_mb, hs.comm * gather_b_mb
         t_f, t_b, t_w, T_comp, T_mb = per_microbatch()
         hs_memory, hetero_plan, m_busiest = hs.memory, hs.plan, hs.microbatches
@@ -336,7 +340,7 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
     xb_ep = xp.where(x_ep > 1, m * Ls_moe * 4 * (B - 1) / B * a2a_bytes, 0.0)
     xb_cp = xp.where(x_cp > 1, m * Ls * 3 * (cp - 1) * kv_bytes * B / cp, 0.0)
     xb_per_gpu = xb_dp + xb_pp + xb_ep + xb_cp
-    nvlink_bytes = m * Ls * xp.where(rc == R_FULL, 12.0, 8.0) * (tp - 1) / tp * s_tp
+    nvlink_bytes = m * tp_colls * xp.where(rc == R_FULL, 3.0, 2.0) * (tp - 1) / tp * s_tp   # fwd, bwd (+ recompute)
 
     acct = {"m": m, "Ls": Ls, "Ls_moe": Ls_moe, "tp": tp, "cp": cp, "ep": ep, "et": et, "pp": pp, "cp_in": cp_in, "x_cp": x_cp,
             "ep_in": ep_in, "x_ep": x_ep, "nvlink_bytes": nvlink_bytes, "kv_bytes": kv_bytes, "bw_cp": bw_cp,

@@ -11,13 +11,13 @@ if TYPE_CHECKING:
 
 RANK_MIN_ROWS = 3
 """A configuration group needs at least this many rows: with two, Spearman is always +-1."""
-_LAYOUT_FIELDS = ("n_gpus", "tp", "pp", "dp", "cp", "ep", "pipeline_schedule", "vpp", "zero_or_fsdp", "micro_batch")
+_LAYOUT_FIELDS = ("n_gpus", "tp", "pp", "dp", "cp", "ep", "etp", "pipeline_schedule", "vpp", "zero_or_fsdp", "micro_batch")
 
 
 def _layout(c: RunCase) -> dict:
     """The parallel layout of a row (as stated; unstated micro-batches are not a difference)."""
     k = c.config
-    return {"n_gpus": c.scenario.n_gpus, "tp": k.tp, "pp": k.pp, "dp": k.dp, "cp": k.cp, "ep": k.ep,
+    return {"n_gpus": c.scenario.n_gpus, "tp": k.tp, "pp": k.pp, "dp": k.dp, "cp": k.cp, "ep": k.ep, "etp": k.etp,
             "pipeline_schedule": k.pp_schedule, "vpp": k.pp_chunks, "zero_or_fsdp": k.dp_flavour,
             "micro_batch": k.micro_batch if c.micro_batch_stated else None}
 
