@@ -58,13 +58,13 @@ def launch_summary(cfg: Config, scenario=None, params=None) -> dict:
 def hetero_notes(scenario, cfg: Config, params=None) -> list[str]:
     """What ``hetero_split=by_speed`` asks of the launch: micro-batches per DP replica (dp_out)
     or layers per pipeline stage (pp_out) on each GPU type, as the cost model shares them
-    (``costmodel.terms.hetero_shares``). No framework takes these as a flag; they are set by hand
+    (``costmodel.hetero.hetero_shares``). No framework takes these as a flag; they are set by hand
     (Megatron-Core: a pipeline layout; per-replica micro-batch counts in the data loader)."""
     if cfg.hetero_split != "by_speed":
         return []
     from .costmodel.iteration import _scalar_row, iteration_formulas
     from .costmodel.params import default_params
-    from .costmodel.terms import speed_types
+    from .costmodel.hetero import speed_types
     from .costmodel.xp import SCALAR
     p = params or default_params()
     plan = iteration_formulas(scenario, _scalar_row(cfg), p, SCALAR)["_hetero_plan"]

@@ -18,23 +18,13 @@ from .configbatch import (ConfigBatch, _check_ranges, batch_from_configs, concat
                           take)
 from .errors import UserInputError
 from .space_grid import (BYTES_PER_CORE_ROW, CHUNK_ROWS, MAX_LEGAL_CORE_BYTES, SPACE_PRESETS,  # noqa: F401 - public here
-                         TRANSPORT)
+                         TRANSPORT, _divisors, mixed_speeds)
 from .specs.codes import DPFlavour, HeteroSplit, LoadBalancing, Placement, PPSchedule, Protocol, Recompute
 from .specs.config import CATEGORICAL, FIELDS, PP_SCHEDULES, Config
 from .specs.scenario import Scenario
 
 _SINGLE_CHUNK = (PPSchedule.GPIPE, PPSchedule.ONE_F_ONE_B, PPSchedule.ZB1P, PPSchedule.ZB2P)
 _V_SHAPED = (PPSchedule.ZBV, PPSchedule.DUALPIPEV)
-
-
-def mixed_speeds(scenario: Scenario) -> bool:
-    """Do the cluster's buildings differ in GPU compute or memory speed (``hetero_split`` applies)?"""
-    return len({(b.gpu.peak_flops_bf16, b.gpu.peak_flops(scenario.precision), b.gpu.hbm_bandwidth_Bps)
-                for b in scenario.cluster.buildings}) > 1
-
-
-def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """Why the reference workload slices its ring steps: one ring step between two emulated buildings
 (a full-duplex exchange of the same buffer size each way over the shaped link), posted as one
-whole-buffer gloo message against 128 KiB slices (autotune.workloads.train.SLICE_BYTES), and
+whole-buffer gloo message against 128 KiB slices (autotune.workloads.dp.SLICE_BYTES), and
 gloo's own all-reduce for scale. Prints each time as a multiple of the link time.
 
     python experiments/collective_slices.py                 # 50 and 200 Mbit/s, 4.2 MB each way
@@ -25,7 +25,7 @@ def rank_main(numel: int, repeats: int, idle_s: float) -> None:
     import torch
     import torch.distributed as dist
 
-    from autotune.workloads.train import SLICE_BYTES
+    from autotune.workloads.dp import SLICE_BYTES
     dist.init_process_group("gloo")
     r = dist.get_rank()
     x = torch.ones(numel)

@@ -10,7 +10,7 @@ optima (``exhaustive_search``) are compared at the same global batch:
 
 - ``even``: every building, work shared evenly (every rank at the slowest GPU's pace);
 - ``all``: every building, with ``hetero_split`` free (by_speed shares micro-batches or layers
-  in proportion to speed, ``costmodel.terms.hetero_shares``);
+  in proportion to speed, ``costmodel.hetero.hetero_shares``);
 - ``fast only``: the fast buildings alone (the slow ones left out).
 
 ``all / fast only - 1`` < 0 means using every building pays. Writes

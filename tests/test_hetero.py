@@ -1,4 +1,4 @@
-"""Buildings of different GPU speeds sharing work by speed (``hetero_split``, terms.hetero_shares)."""
+"""Buildings of different GPU speeds sharing work by speed (``hetero_split``, hetero.hetero_shares)."""
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -72,7 +72,7 @@ def test_dp_shares_follow_speed(mixed):
     even = evaluate(mixed, cfg)
     by = evaluate(mixed, cfg.model_copy(update={"hetero_split": "by_speed"}))
     from autotune.costmodel.params import default_params
-    from autotune.costmodel.terms import speed_types
+    from autotune.costmodel.hetero import speed_types
     types = speed_types(mixed, default_params())
     mean_speed = sum(s * w for s, w in types)
     ratio = even.breakdown["compute_s"] / by.breakdown["compute_s"]

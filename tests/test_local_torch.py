@@ -153,7 +153,7 @@ def test_calibration_on_emulated_buildings_predicts_held_out_configurations(run_
 def _ring_worker(rank, world, port, q):
     import torch
     import torch.distributed as dist
-    from autotune.workloads.train import SLICE_BYTES, ring_all_gather, ring_reduce_scatter
+    from autotune.workloads.dp import SLICE_BYTES, ring_all_gather, ring_reduce_scatter
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world)
     n = 2 * SLICE_BYTES // 4 + 7                      # a chunk of three slices, the last one short

@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from autotune.configbatch import batch_from_configs
 from autotune.costmodel import evaluate_batch
-from autotune.costmodel.iteration import tp_collective_time
+from autotune.costmodel.collectives import tp_collective_time
 from autotune.costmodel.xp import SCALAR
 from autotune.specs import Config, build_scenario
 

@@ -49,6 +49,6 @@ def transport_free(scen: Scenario) -> Scenario:
 
 def bound_params(params: CostParams | None) -> CostParams:
     """The same calibration with data-parallel collectives and NCCL's software latencies at zero,
-    and continuous work shares between buildings of different speeds (``terms.hetero_shares``)."""
+    and continuous work shares between buildings of different speeds (``hetero.hetero_shares``)."""
     return (params or default_params()).with_values(nccl_overhead_scale=0.0, dp_collective_scale=0.0,
                                                     integer_shares=0.0)

@@ -335,3 +335,27 @@ def all_to_all_time(size_bytes, n, bw, alpha, xp=NUMPY, m=None, bw_node=None):
     else:
         t = xp.maximum((n - m) / n * size_bytes / bw, (m - 1.0) / n * size_bytes / bw_node) + alpha
     return xp.where(n <= 1.0, 0.0, t)
+
+
+def tp_collective_time(size_bytes, n, nvlink_Bps, ovh_scale, ll128: bool, xp):
+    """One sequence-parallel all-gather or reduce-scatter of ``size_bytes`` (the gathered buffer)
+    over n GPUs of one NVLink domain, as NCCL's tuner estimates a ring (tuning.cc, ``nccl.py``):
+    per protocol, base latency + (n - 1) NVLink step latencies + (n - 1) / n of the bytes at the
+    protocol's share of the link rate, and the fastest protocol (LL128 only where the node runs
+    it). The latencies, not the bytes, dominate the small messages of small models at high TP."""
+    protos = (N.PROTO_SIMPLE, N.PROTO_LL128, N.PROTO_LL) if ll128 else (N.PROTO_SIMPLE, N.PROTO_LL)
+    best = None
+    for pr in protos:
+        t = ovh_scale * (N.RING_BASE_LATENCY_s[pr] + (n - 1) * N.RING_NVLINK_STEP_LATENCY_s[pr]) \
+            + (n - 1) / n * size_bytes / (nvlink_Bps * N.RING_BW_FACTOR[pr])
+        best = t if best is None else xp.minimum(best, t)
+    return best
+
+
+def tp_exposed(link_s, gemm_s, tp, xp):
+    """TP collectives' time left exposed by TransformerEngine's comm-GEMM overlap (Wang et al.,
+    ASPLOS'23, "Overlap communication with dependent computation via decomposition"): each
+    all-gather / reduce-scatter is split into tp chunks exchanged in a ring while the adjacent
+    GEMM (``gemm_s`` of them in all) consumes the chunks present, so only the first chunk, or what
+    outlasts the GEMMs, stays exposed."""
+    return xp.maximum(link_s / tp, link_s - gemm_s)

@@ -13,13 +13,14 @@ from ..specs.config import CATEGORICAL, FIELDS
 from ..specs.scenario import Scenario
 from . import constants as C
 from . import nccl as N
-from .collectives import all_to_all_time, p2p_time
+from .collectives import all_to_all_time, p2p_time, tp_collective_time, tp_exposed
 from .params import CostParams, default_params
 from .pipeline import (S_1F1B, S_DUALPIPEV, S_GPIPE, S_INTERLEAVED, S_ZBV, bubble_time, chain_hops,
                        in_flight_microbatches)
 from .terms import (F_DDP, F_FSDP, F_HSDP, F_ZERO1, P_CP_OUT, P_DP_OUT, P_EP_OUT, P_HYBRID,  # noqa: F401
-                    P_PP_OUT, ComputeTerms, Transport, compute_terms, dp_comm_groups, expert_tp, hetero_shares, layout,
-                    memory_per_gpu, speed_types, sum_groups)
+                    P_PP_OUT, ComputeTerms, Transport, compute_terms, dp_comm_groups, expert_tp, layout,
+                    memory_per_gpu, sum_groups)
+from .hetero import hetero_shares, speed_types
 from .scenario_consts import FSDP_EVERY_PASS, FSDP_FORWARD, members_per_node, scenario_consts, tier_of_span
 from .tiers import accounting
 from .batch_order import SORT_KEYS, SORT_MIN_ROWS, _branch_order  # noqa: F401 - public here too
@@ -78,21 +79,6 @@ def _public(out: dict, n: int) -> dict:
     return {k: (v if np.ndim(v) else np.full(n, v)) for k, v in out.items() if not k.startswith("_")}
 
 
-def tp_collective_time(size_bytes, n, nvlink_Bps, ovh_scale, ll128: bool, xp):
-    """One sequence-parallel all-gather or reduce-scatter of ``size_bytes`` (the gathered buffer)
-    over n GPUs of one NVLink domain, as NCCL's tuner estimates a ring (tuning.cc, ``nccl.py``):
-    per protocol, base latency + (n - 1) NVLink step latencies + (n - 1) / n of the bytes at the
-    protocol's share of the link rate, and the fastest protocol (LL128 only where the node runs
-    it). The latencies, not the bytes, dominate the small messages of small models at high TP."""
-    protos = (N.PROTO_SIMPLE, N.PROTO_LL128, N.PROTO_LL) if ll128 else (N.PROTO_SIMPLE, N.PROTO_LL)
-    best = None
-    for pr in protos:
-        t = ovh_scale * (N.RING_BASE_LATENCY_s[pr] + (n - 1) * N.RING_NVLINK_STEP_LATENCY_s[pr]) \
-            + (n - 1) / n * size_bytes / (nvlink_Bps * N.RING_BW_FACTOR[pr])
-        best = t if best is None else xp.minimum(best, t)
-    return best
-
-
 def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> dict:
     """The cost model, written once for any array backend ``xp`` (see ``xp.py``)."""
     k = scenario_consts(scenario, p)
@@ -148,14 +134,8 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
     tp_f_link = tp_colls * t_tp_coll
     tp_b_link = tp_colls * t_tp_coll * xp.where(rc == R_FULL, 2.0, 1.0)
     tp_f, tp_b = tp_f_link, tp_b_link
-    if k.tp_overlap:
-        # TransformerEngine's comm-GEMM overlap (Wang et al., ASPLOS'23, "Overlap communication with
-        # dependent computation via decomposition"): each all-gather / reduce-scatter is split into
-        # tp chunks exchanged in a ring while the adjacent GEMM consumes the chunks present, so
-        # only the first chunk, or what outlasts the layer's GEMMs (forward: lin_f; backward:
-        # data and weight gradients, 2 lin_f), stays exposed
-        tp_f = xp.maximum(tp_f_link / tp, tp_f_link - lin_f)
-        tp_b = xp.maximum(tp_b_link / tp, tp_b_link - 2.0 * lin_f)
+    if k.tp_overlap:    # hidden behind the layer's GEMMs: forward lin_f, backward data + weight gradients
+        tp_f, tp_b = tp_exposed(tp_f_link, lin_f, tp, xp), tp_exposed(tp_b_link, 2.0 * lin_f, tp, xp)
 
     # ---- context parallel: ring of K/V blocks (TransformerEngine's P2P ring attention) ----
     # cp steps per layer pass; each of the cp - 1 transfers (the next K/V block; in backward
@@ -260,7 +240,7 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
 
     types = speed_types(scenario, p)
     if types:
-        # buildings of different speeds share the work by speed (terms.hetero_shares): the pace
+        # buildings of different speeds share the work by speed (hetero.hetero_shares): the pace
         # of a rank whose compute is sp times faster and whose exchanges and gathers scale by x
         def pace_at(sp, x=1.0):
             return xp.maximum(pace(t_f_comp / sp + x * (t_f - t_f_comp), t_b_comp / sp + x * (t_b - t_b_comp),
@@ -272,8 +252,8 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
         tp_f, tp_b, cp_f, cp_b, ep_f, ep_b, tp_f_link, tp_b_link = (hs.comm * x for x in (tp_f, tp_b, cp_f, cp_b, ep_f, ep_b,
                                                                                 tp_f_link, tp_b_link))
         if k.tp_overlap:     # the overlap budget is the bottleneck rank's own GEMMs under the shares
-            tp_f = xp.maximum(tp_f_link / tp, tp_f_link - hs.compute * lin_f)
-            tp_b = xp.maximum(tp_b_link / tp, tp_b_link - 2.0 * hs.compute * lin_f)
+            g = hs.compute * lin_f
+            tp_f, tp_b = tp_exposed(tp_f_link, g, tp, xp), tp_exposed(tp_b_link, 2.0 * g, tp, xp)
         gather_f_mb, gather_b_mb = hs.comm * gather_f_mb, hs.comm * gather_b_mb
         t_f, t_b, t_w, T_comp, T_mb = per_microbatch()
         hs_memory, hetero_plan, m_busiest = hs.memory, hs.plan, hs.microbatches

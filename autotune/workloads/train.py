@@ -26,6 +26,8 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 
+from .dp import AllReducedAdamW, ShardedAdamW, _ring_comms
+
 SCHEDULES = {"gpipe": "ScheduleGPipe", "1f1b": "Schedule1F1B", "interleaved_1f1b": "ScheduleInterleaved1F1B",
              "zb1p": "ScheduleInterleavedZeroBubble", "zbv": "ScheduleZBVZeroBubble"}
 LOOPED = ("interleaved_1f1b", "zb1p")          # several chunks per rank, looping
@@ -94,147 +96,6 @@ def stage_indices(pp: int, v: int, sched: str, p: int) -> list[int]:
 
 def loss_fn(logits, target):
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1))
-
-
-# ---------------------------------------------------------------- data-parallel optimizers
-def _flat(tensors, pad: int) -> torch.Tensor:
-    return torch.cat([t.reshape(-1) for t in tensors] + [torch.zeros(pad)])
-
-
-def _views(flat: torch.Tensor, like) -> list:
-    """Consecutive views of ``flat`` shaped like the tensors of ``like`` (the inverse of _flat)."""
-    out, offset = [], 0
-    for t in like:
-        out.append(flat[offset:offset + t.numel()].view_as(t))
-        offset += t.numel()
-    return out
-
-
-def _grads(params):
-    return [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
-
-
-SLICE_BYTES = 128 * 1024
-"""Each ring step moves its chunk in slices of this size, as NCCL pipelines a ring step in slices
-(NCCL_BUFFSIZE / NCCL_STEPS). Measured on the shaped two-building link (2 ranks, 4.2 MB each way):
-one whole-buffer gloo message per step took 1.0x-2.1x the link time at random, in steps of one
-200-250 ms stall; 128 KiB slices took 1.05x-1.27x, as gloo's own all-reduce does, and no longer
-unshaped (experiments/collective_slices.py)."""
-
-
-def _ring_exchange(send: torch.Tensor, recv: torch.Tensor, nxt: int, prv: int, group) -> None:
-    """One ring step: ``send`` to the successor while ``recv`` fills from the predecessor, both in
-    SLICE_BYTES slices posted at once (full duplex, no stall waiting for a whole buffer)."""
-    step = max(1, SLICE_BYTES // send.element_size())
-    send, recv = send.reshape(-1), recv.reshape(-1)
-    ops = []
-    for a in range(0, send.numel(), step):
-        ops += [dist.P2POp(dist.isend, send[a:a + step], nxt, group), dist.P2POp(dist.irecv, recv[a:a + step], prv, group)]
-    for w in dist.batch_isend_irecv(ops):
-        w.wait()
-
-
-def _ring_neighbours(group):
-    n, r = dist.get_world_size(group), dist.get_rank(group)
-    return n, r, dist.get_global_rank(group, (r + 1) % n), dist.get_global_rank(group, (r - 1) % n)
-
-
-def ring_reduce_scatter(out: torch.Tensor, inp: torch.Tensor, group) -> None:
-    """Sum-reduce-scatter as NCCL's ring does it: n-1 steps, each rank passing one 1/n chunk to its
-    successor, so each rank sends (n-1)/n of the buffer. Gloo's own reduce_scatter is an all-reduce
-    underneath (measured: twice those bytes), which would misrepresent ZeRO-1 and FSDP."""
-    n, r, nxt, prv = _ring_neighbours(group)
-    chunks = inp.reshape(n, -1)
-    acc = chunks[(r - 1) % n].clone()
-    for s in range(n - 1):
-        got = torch.empty_like(acc)
-        _ring_exchange(acc, got, nxt, prv, group)
-        acc = got.add_(chunks[(r - s - 2) % n])
-    out.copy_(acc.reshape(out.shape))
-
-
-def ring_all_gather(out: torch.Tensor, inp: torch.Tensor, group) -> None:
-    """All-gather as NCCL's ring does it: n-1 steps, each rank forwarding the chunk it received last
-    step, so each rank sends (n-1)/n of the output; sliced like ring_reduce_scatter (gloo's own
-    all_gather_into_tensor measured 1.1x-1.8x the link time on the shaped link)."""
-    n, r, nxt, prv = _ring_neighbours(group)
-    chunks = out.reshape(n, -1)
-    chunks[r].copy_(inp.reshape(-1))
-    for s in range(n - 1):
-        _ring_exchange(chunks[(r - s) % n], chunks[(r - s - 1) % n], nxt, prv, group)
-
-
-def _ring_comms():
-    """FSDP2's pluggable collectives (FSDPModule.set_custom_all_gather / set_custom_reduce_scatter)
-    as the rings above. Both return None: synchronous, as FSDP2's own gathers are on CPU
-    (unshard_async_op is False)."""
-    from torch.distributed.fsdp._fully_shard._fsdp_collectives import DefaultAllGather, DefaultReduceScatter
-
-    class RingAllGather(DefaultAllGather):
-        def __call__(self, output_tensor, input_tensor, group, async_op=False):
-            ring_all_gather(output_tensor, input_tensor, group)
-            return None
-
-    class RingReduceScatter(DefaultReduceScatter):
-        def __call__(self, output_tensor, input_tensor, group, op, async_op=False):
-            if op not in (dist.ReduceOp.SUM, dist.ReduceOp.AVG, None):
-                raise RuntimeError(f"ring reduce-scatter supports SUM and AVG only, got {op}")
-            ring_reduce_scatter(output_tensor, input_tensor, group)
-            if op == dist.ReduceOp.AVG:
-                output_tensor.div_(dist.get_world_size(group))
-            return None
-    return RingAllGather(), RingReduceScatter()
-
-
-class ShardedAdamW:
-    """ZeRO-1 as Megatron's distributed optimizer does it: gradients reduce-scattered once per
-    step, AdamW on this rank's shard of the flat parameters, updated parameters all-gathered."""
-
-    def __init__(self, params, group, lr: float):
-        self.params, self.group = list(params), group
-        self.n, r = dist.get_world_size(group), dist.get_rank(group)
-        numel = sum(p.numel() for p in self.params)
-        self.pad = (-numel) % self.n
-        self.shard = (numel + self.pad) // self.n
-        flat = _flat([p.detach() for p in self.params], self.pad)
-        self.master = flat[r * self.shard:(r + 1) * self.shard].clone().requires_grad_(True)
-        self.opt = torch.optim.AdamW([self.master], lr=lr)
-
-    def zero_grad(self, set_to_none: bool = True):
-        for p in self.params:
-            p.grad = None
-
-    @torch.no_grad()
-    def step(self):
-        g = torch.empty(self.shard)
-        ring_reduce_scatter(g, _flat(_grads(self.params), self.pad), self.group)
-        self.master.grad = g.div_(self.n)
-        self.opt.step()
-        full = torch.empty(self.shard * self.n)
-        ring_all_gather(full, self.master.detach(), self.group)
-        for p, v in zip(self.params, _views(full, self.params)):
-            p.copy_(v)
-
-
-class AllReducedAdamW(torch.optim.AdamW):
-    """DDP's gradient all-reduce done once after the step's backward passes (overlap_dp=0). Used
-    for DDP under every pipeline schedule: DDP's reducer under torch.distributed.pipelining
-    synchronised a third to a half of the gradient bytes (interleaved, zero-bubble; measured on
-    the uplink counters) or failed an internal assert (two micro-batches), torch 2.13."""
-
-    def __init__(self, params, group, lr: float):
-        params = list(params)
-        super().__init__(params, lr=lr)
-        self._params, self._group = params, group
-
-    @torch.no_grad()
-    def step(self, closure=None):
-        flat = _flat(_grads(self._params), 0)
-        dist.all_reduce(flat, group=self._group)
-        flat.div_(dist.get_world_size(self._group))
-        for p, g in zip(self._params, _views(flat, self._params)):
-            p.grad = g
-        return super().step(closure)
 
 
 # ---------------------------------------------------------------- one rank
