@@ -102,7 +102,7 @@ def test_unstated_values_are_assumed_by_rule_and_printed(tmp_path):
     (case,), _ = V.read_runs(p)
     text = "; ".join(case.assumptions)
     for needle in ("ffn_hidden=8192", "vocab=51200", "activation=swiglu (from the model name)",
-                   "zero_or_fsdp=ddp", "framework=megatron (not stated)", "flops_convention=model"):
+                   "zero_or_fsdp=zero1 (not stated; megatron's default)", "framework=megatron (not stated)", "flops_convention=model"):
         assert needle in text, text
     code, out, _ = _cli("validate", "--runs", str(p))
     assert code == 0 and "assumed:" in out and "recompute=" in out and "(the fastest that fits)" in out

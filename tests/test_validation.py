@@ -49,6 +49,9 @@ def test_mapping_rules_on_free_text():
     assert map_schedule("interleaved-1F1B", 0) == "interleaved_1f1b"
     assert map_schedule("1F1B", 3) == "interleaved_1f1b"
     assert map_flavour("zero3") == "fsdp" and map_flavour("hsdp") == "hsdp" and map_flavour("") == "ddp"
+    # an empty flavour takes the framework class's default: Megatron-class runs shard the optimizer
+    assert map_flavour("", "megatron") == "zero1" and map_flavour("", "pytorch") == "ddp"
+    assert map_flavour("ddp", "megatron") == "ddp" and map_flavour("zero3", "megatron") == "fsdp"
 
 
 def _write(tmp_path, rows, header=None):

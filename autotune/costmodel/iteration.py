@@ -15,7 +15,7 @@ from . import constants as C
 from . import nccl as N
 from .collectives import all_to_all_time, p2p_time, tp_collective_time, tp_exposed
 from .params import CostParams, default_params
-from .pipeline import (S_1F1B, S_DUALPIPEV, S_GPIPE, S_INTERLEAVED, S_ZBV, bubble_time, chain_hops,
+from .pipeline import (S_1F1B, S_DUALPIPEV, S_GPIPE, S_INTERLEAVED, S_ZBV, bubble_time, chain_hops, sync_windows,
                        in_flight_microbatches)
 from .terms import (F_DDP, F_FSDP, F_HSDP, F_ZERO1, P_CP_OUT, P_DP_OUT, P_EP_OUT, P_HYBRID,  # noqa: F401
                     P_PP_OUT, ComputeTerms, Transport, compute_terms, dp_comm_groups, expert_tp, layout,
@@ -277,11 +277,18 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
     T_pipe = infl * T_pace + waiting * cycle + bubble + 2 * D_chain
 
     # ---- DP exposure once per step ----
-    window_b = t_b_comp + t_w_comp                    # backward compute of the last micro-batch
-    window_f = t_f_comp                               # communication only hides behind compute
-    # the last bucket (or unit) cannot hide behind the backward that produced it
-    dp_grad_exposed = xp.where(overlap, xp.maximum(per_step_grad / calls_d, per_step_grad - window_b), per_step_grad)
-    dp_param_exposed = xp.where(overlap, xp.maximum(per_step_param / calls_d, per_step_param - window_f), per_step_param)
+    # communication only hides behind compute: the backward (forward) of the last (first)
+    # micro-batch, or, per model chunk under the interleaved schedule, of the last (first) round
+    # of micro-batches (pipeline.sync_windows)
+    win, last = sync_windows(sc, pp, v, m, xp)
+    t_bw = t_b_comp + t_w_comp
+
+    def exposed(link, t_pass):
+        """The last bucket (or unit) cannot hide behind the pass that produced it; nor can the
+        last chunk's share outlast its own pass, nor the whole outlast the window."""
+        hidden = xp.maximum(xp.maximum(link / calls_d, last * (link - t_pass)), link - win * t_pass)
+        return xp.where(overlap, hidden, link)
+    dp_grad_exposed, dp_param_exposed = exposed(per_step_grad, t_bw), exposed(per_step_param, t_f_comp)
     dp_exposed = dp_grad_exposed + dp_param_exposed
 
     # ---- optimizer step (HBM bound) ----

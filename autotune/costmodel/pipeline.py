@@ -44,6 +44,27 @@ def in_flight_microbatches(sched, p, v, m, xp=NUMPY):
     return xp.minimum(infl, m)
 
 
+def sync_windows(sched, p, v, m, xp=NUMPY):
+    """(window, last_share): how many of the first rank's micro-batch backwards (forwards) the
+    step-end gradient reduction (the next step's parameter gather) can hide behind, and the
+    share of its bytes that waits for the very last one.
+
+    Megatron-Core's interleaved 1F1B (pipeline_parallel/schedules.py) launches a model chunk's
+    gradient sync (``config.grad_sync_func``) as soon as that chunk's last micro-batch backward
+    is done (``is_last_microbatch_for_model_chunk``), and the next chunk's parameter gather
+    (``config.param_sync_func``) during the forward of the one before. In the cool-down the first
+    rank runs chunk v-1, ..., 0 of the last min(m, p) micro-batches in turn (p per chunk), so
+    chunk j's 1/v of the bytes is ready j min(m, p) chunk-backwards before the end: the window is
+    its last chunk's own backward (1/v of a micro-batch) plus (v-1)/v min(m, p) micro-batch
+    backwards, and 1/v of the bytes can hide only behind the last chunk. The warm-up mirrors it
+    for the forward. Every other schedule syncs in the last micro-batch's backward (buckets):
+    window 1, share 1."""
+    looped = (sched == S_INTERLEAVED) & (v > 1)
+    vv = xp.maximum(v, 1.0)
+    window = xp.where(looped, 1.0 / vv + (vv - 1.0) / vv * xp.minimum(m, p), 1.0)
+    return window, xp.where(looped, 1.0 / vv, 1.0)
+
+
 def chain_hops(sched, p, v, b_pp, xp=NUMPY):
     """Boundaries one micro-batch crosses going forward through all p*v chunks, and how many
     of them cross a building boundary when the p ranks are cut into b_pp contiguous groups.

@@ -10,7 +10,7 @@ from pathlib import Path
 ASSUMED_VOCAB = 51200                 # Megatron GPT experiments' padded vocabulary
 ASSUMED_FFN_MULTIPLE = 4              # GPT-style ffn_hidden = 4 h when not stated
 ASSUMED_MICRO_BATCH = 1               # micro-batch when not stated
-ASSUMED_DP_FLAVOUR = "ddp"            # when zero_or_fsdp is empty
+ASSUMED_DP_FLAVOUR = "ddp"            # when zero_or_fsdp is empty (and the framework class has no default)
 ASSUMED_SCALE_OUT_LATENCY_s = 5e-6    # one-way NIC + switch latency of an InfiniBand/RoCE fabric
 # The published runs' fabrics are non-blocking InfiniBand fat trees (Selene, DGX SuperPOD): one path
 # per GPU, adaptive routing (modelled as packet spraying), lossless (credit-based flow control).
@@ -141,11 +141,20 @@ def is_deepspeed_zero3(flavour_text: str, framework_text: str, source: str) -> b
                 and re.search(who, f"{framework_text} {source}".lower()))
 
 
-def map_flavour(text: str) -> str:
+ASSUMED_DP_FLAVOUR_BY_FRAMEWORK = {"megatron": "zero1"}
+"""The DP flavour an empty ``zero_or_fsdp`` takes by framework class. Megatron-class runs
+(NeMo, Megatron-Bridge, Megatron-LM, MegaScale) shard the optimizer: NeMo's and Megatron-Bridge's
+recipes turn Megatron-Core's distributed optimizer on (``use_distributed_optimizer=True``, NeMo's
+``distributed_fused_adam``), MegaScale (Jiang et al. 2024, sec. 3.2) describes its ZeRO-2-style
+reduce-scatter and all-gather. Every other class: plain data parallelism."""
+
+
+def map_flavour(text: str, framework: str | None = None) -> str:
     t = (text or "").lower().strip()
+    default = ASSUMED_DP_FLAVOUR_BY_FRAMEWORK.get(framework or "", ASSUMED_DP_FLAVOUR)
     if not t:
-        return ASSUMED_DP_FLAVOUR
-    return _match_flavour(t) or ASSUMED_DP_FLAVOUR
+        return default
+    return _match_flavour(t) or default
 
 
 def _first_rule(rules, text: str) -> str | None:

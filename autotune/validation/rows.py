@@ -238,7 +238,7 @@ def build_case(i: int, row: dict) -> RunCase:
         flash = not any(k in src for k in PRE_FLASH_SOURCES)
         if not flash:
             assumed.append("unfused attention (published before FlashAttention)")
-        flavour = map_flavour(flavour_text)
+        flavour = map_flavour(flavour_text, framework)
         regather = "every_pass"
         if flavour == "fsdp_noreshard":
             flavour, regather = "fsdp", "forward"
@@ -249,7 +249,7 @@ def build_case(i: int, row: dict) -> RunCase:
     except Exception as e:  # noqa: BLE001 - any spec error makes this row unusable; say why
         raise _spec_skip(e, row) from None
     if not flavour_text and dp * cp > 1:
-        assumed.append(f"zero_or_fsdp={flavour} (not stated)")
+        assumed.append(f"zero_or_fsdp={flavour} (not stated; {framework}'s default)")
     if dp * cp == 1:
         flavour = "ddp"
     if not rec and any(k in (row.get("source") or "").lower() for k in ALWAYS_RECOMPUTE_SOURCES):
