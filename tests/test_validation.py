@@ -79,6 +79,20 @@ def test_bad_rows_are_skipped_with_reasons(tmp_path):
     assert "gpu_type" in reasons and "n_gpus" in reasons and "measured_value" in reasons
 
 
+def test_stated_chunks_may_give_embedding_and_head_a_slot_each_but_no_more(tmp_path):
+    """Qi et al.'s 1F1B-I runs make each layer its own chunk and their first and last stages hold
+    one layer fewer: pp * vpp = n_layers + 2 scores, n_layers + 3 is skipped naming vpp."""
+    def rows(src):
+        qi = [r for r in src if "Zero Bubble" in r["source"] and r["pipeline_schedule"] == "interleaved-1F1B"]
+        ok = dict(qi[0])
+        assert int(ok["pp"]) * int(ok["vpp"]) == int(ok["n_layers"]) + 2
+        bad = dict(ok); bad["n_layers"] = str(int(ok["n_layers"]) - 1)
+        return [ok, bad]
+    r = validate(_write(tmp_path, rows))
+    assert r["n"] == 1 and len(r["skipped"]) == 1
+    assert "vpp" in r["skipped"][0]["reason"] and "n_layers + 2" in r["skipped"][0]["reason"]
+
+
 def test_a_csv_without_the_columns_is_an_error(tmp_path):
     p = tmp_path / "x.csv"
     p.write_text("a,b\n1,2\n")

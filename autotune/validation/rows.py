@@ -220,8 +220,13 @@ def build_case(i: int, row: dict) -> RunCase:
     sched = map_schedule(sched_text, vpp) if pp > 1 else "1f1b"
     chunks = (vpp or ASSUMED_INTERLEAVED_CHUNKS) if sched == "interleaved_1f1b" else (
         2 if sched in ("zbv", "dualpipev") else 1)
-    if vpp > 1 and pp * vpp > L:  # only as stated: an assumed vpp is the code's guess, not the row's
-        raise Skip(f"pp*vpp = {pp * vpp} model chunks for {L} layers", "vpp", _cell(row, "vpp"))
+    # only as stated (an assumed vpp is the code's guess, not the row's); the embedding and the
+    # head may take a chunk's slot each (Megatron-LM's --account-for-embedding-in-pipeline-split
+    # and --account-for-loss-in-pipeline-split; Qi et al.'s first and last stages hold one layer
+    # fewer), so up to n_layers + 2 chunks
+    if vpp > 1 and pp * vpp > L + 2:
+        raise Skip(f"pp*vpp = {pp * vpp} model chunks for {L} layers (at most n_layers + 2: embedding and "
+                   "head may take a chunk each)", "vpp", _cell(row, "vpp"))
     try:
         model = ModelSpec(name=_spec_name(name, i), n_layers=L, hidden=h, ffn_hidden=ffn, n_heads=heads,
                           n_kv_heads=kv, vocab=vocab, seq_len=seq, activation=act, head_dim=head_dim,
