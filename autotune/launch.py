@@ -107,6 +107,10 @@ def megatron_args(scenario, cfg: Config) -> tuple[list[str], list[str]]:
         args.append("--sequence-parallel")
     if cfg.etp and cfg.etp != cfg.tp:
         args.append(f"--expert-tensor-parallel-size {cfg.etp}")
+    if cfg.tp > 1 and scenario.workload.tp_comm_overlap:
+        args.append("--tp-comm-overlap")
+    if cfg.ep > 1 and scenario.workload.ep_comm_overlap:
+        args.append("--overlap-moe-expert-parallel-comm")
     if cfg.pp_schedule == "interleaved_1f1b":
         per_stage = m.n_layers // (cfg.pp * cfg.pp_chunks)
         if per_stage * cfg.pp * cfg.pp_chunks == m.n_layers:

@@ -301,6 +301,7 @@ MESSY = [  # column, value, words the reason must contain
     ("recompute", "sometimes", "none/selective/full"), ("zero_or_fsdp", "megashard", "flavour"),
     ("micro_batch", "0x10", "not a number"), ("vocab", "\x00", "not a number"), ("moe_experts", "-2", "non-negative"),
     ("etp", "two", "not a number"), ("tp_comm_overlap", "maybe", "not yes/no"),
+    ("ep_comm_overlap", "sometimes", "not yes/no"), ("ep_dispatcher", "pigeon post", "no known MoE dispatcher"),
     ("hidden", "1e300", "hidden"), ("global_batch_seqs", "3", "multiple of dp*micro_batch"),
 ]
 
@@ -326,6 +327,7 @@ IMPOSSIBLE = [  # an impossible architecture or layout
     ({"moe_experts": "8", "moe_topk": "9"}, "moe_topk", "1..moe_experts"),
     ({"ep": "2"}, "ep", "dense model"),
     ({"etp": "1"}, "etp", "dense model"),
+    ({"ep_comm_overlap": "yes"}, "ep_comm_overlap", "dense model"),
     ({"moe_experts": "8", "moe_topk": "2", "etp": "3"}, "etp", "etp must divide tp"),
     ({"moe_experts": "8", "moe_topk": "2", "ep": "8", "etp": "8"}, "ep", "etp*ep"),
     ({"cp": "8", "tp": "1", "seq_len": "2056"}, "cp", "seq_len/2"),

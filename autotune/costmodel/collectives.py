@@ -324,17 +324,31 @@ def collective(kind, algo, proto, size_bytes, n_in, n_x, bw_in, a_in, bw_x_ring,
     return t, x
 
 
-def all_to_all_time(size_bytes, n, bw, alpha, xp=NUMPY, m=None, bw_node=None):
+def all_to_all_time(size_bytes, n, bw, alpha, xp=NUMPY, m=None, bw_node=None, nic_share=1.0):
     """All-to-all of ``size_bytes`` per GPU among n, pairwise exchanges running concurrently,
     plus alpha (latency of the last exchange). With m members per node (``m``, ``bw_node``: the
     NVLink rate), (m-1)/n of the data stays in the node on NVLink while (n-m)/n leaves on the
-    GPU's own link ``bw``, at once: max((n-m)/n S / bw, (m-1)/n S / bw_node) + alpha. Without
-    them every destination is behind ``bw``: (n-1)/n S / bw + alpha."""
+    GPU's own link ``bw``, at once: max((n-m)/n S / bw, (m-1)/n S / bw_node) + alpha; a
+    de-duplicating dispatcher sends only ``nic_share`` of the leaving bytes (``dedup_share``).
+    Without m every destination is behind ``bw``: (n-1)/n S / bw + alpha."""
     if m is None:
         t = (n - 1.0) / n * size_bytes / bw + alpha
     else:
-        t = xp.maximum((n - m) / n * size_bytes / bw, (m - 1.0) / n * size_bytes / bw_node) + alpha
+        t = xp.maximum(nic_share * (n - m) / n * size_bytes / bw, (m - 1.0) / n * size_bytes / bw_node) + alpha
     return xp.where(n <= 1.0, 0.0, t)
+
+
+def dedup_share(n, m, top_k, xp=NUMPY):
+    """Share of an MoE all-to-all's node-leaving bytes that a de-duplicating dispatcher (DeepEP,
+    HybridEP) sends: a token crosses once to each remote node that holds one of its top_k experts
+    and is forwarded to the experts inside that node on NVLink (DeepSeek-V3 report, sec. 3.2.2;
+    DeepEP's internode kernels). With n EP members, m per node (n/m nodes) and experts drawn
+    uniformly, a token reaches (n/m - 1)(1 - (1 - m/n)^top_k) remote nodes on average, against
+    top_k (n-m)/n copies one per expert."""
+    nodes = xp.maximum(n / m, 1.0)
+    remote = (nodes - 1.0) * (1.0 - (1.0 - 1.0 / nodes) ** top_k)
+    per_expert = top_k * (n - m) / xp.maximum(n, 1.0)
+    return xp.where(per_expert > 0, xp.minimum(1.0, remote / xp.maximum(per_expert, 1e-30)), 1.0)
 
 
 def tp_collective_time(size_bytes, n, nvlink_Bps, ovh_scale, ll128: bool, xp):

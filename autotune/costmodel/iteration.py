@@ -13,7 +13,7 @@ from ..specs.config import CATEGORICAL, FIELDS
 from ..specs.scenario import Scenario
 from . import constants as C
 from . import nccl as N
-from .collectives import all_to_all_time, p2p_time, tp_collective_time, tp_exposed
+from .collectives import all_to_all_time, dedup_share, p2p_time, tp_collective_time, tp_exposed
 from .params import CostParams, default_params
 from .pipeline import (S_1F1B, S_DUALPIPEV, S_GPIPE, S_INTERLEAVED, S_ZBV, bubble_time, chain_hops, sync_windows,
                        in_flight_microbatches)
@@ -163,12 +163,16 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
     # group, then an all-gather over the expert-TP group on NVLink, charged with the TP term)
     a2a_bytes = tok * k.top_k * k.h * k.wire_bytes / tp
     m_ep = members_per_node(k, et, ep_in, xp)  # in a building: these exchange on NVLink, the rest on the NIC
+    ep_nic = dedup_share(ep, m_ep, k.top_k, xp) if k.ep_dedup else 1.0   # node-leaving bytes sent
     t_a2a = xp.where(x_ep > 1, (B - 1) / B * a2a_bytes / bw_x_p2p + k.x_alpha_s,
-                     all_to_all_time(a2a_bytes, ep, bw_ep_in, a_ep_in, xp, m_ep, k.nvlink_Bps))
-    hide = xp.where(sc == S_DUALPIPEV, 1.0, 0.0)    # DualPipeV overlaps a2a with the paired chunk
+                     all_to_all_time(a2a_bytes, ep, bw_ep_in, a_ep_in, xp, m_ep, k.nvlink_Bps, ep_nic))
+    # DualPipeV overlaps the a2a with the paired chunk; Megatron-Core's EP overlap
+    # (WorkloadSpec.ep_comm_overlap) pairs one micro-batch's forward with another's backward, so all
+    # but one of the m micro-batches hide their a2a behind the paired layer's compute
+    hide = xp.where(sc == S_DUALPIPEV, 1.0, (m - 1.0) / m if k.ep_overlap else 0.0)
     layer_f = t_attn_lin + t_moe_lin + t_core
-    ep_f = Ls_moe * xp.maximum(0.0, 2 * t_a2a - hide * layer_f)
-    ep_b = Ls_moe * xp.maximum(0.0, 2 * t_a2a - hide * 2 * layer_f)
+    ep_f = Ls_moe * ((1.0 - hide) * 2 * t_a2a + hide * xp.maximum(0.0, 2 * t_a2a - layer_f))
+    ep_b = Ls_moe * ((1.0 - hide) * 2 * t_a2a + hide * xp.maximum(0.0, 2 * t_a2a - 2 * layer_f))
 
     def per_microbatch():
         """(t_f, t_b, t_w, T_comp, T_mb): forward, backward and weight-gradient time of one
@@ -331,7 +335,7 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
 
     acct = {"m": m, "Ls": Ls, "Ls_moe": Ls_moe, "tp": tp, "cp": cp, "ep": ep, "et": et, "pp": pp, "cp_in": cp_in, "x_cp": x_cp,
             "ep_in": ep_in, "x_ep": x_ep, "nvlink_bytes": nvlink_bytes, "kv_bytes": kv_bytes, "bw_cp": bw_cp,
-            "a_cp": a_cp, "a2a_bytes": a2a_bytes, "t_a2a": t_a2a, "m_ep": m_ep, "xb_cp": xb_cp, "xb_ep": xb_ep, "xb_pp": xb_pp,
+            "a_cp": a_cp, "a2a_bytes": a2a_bytes, "t_a2a": t_a2a, "m_ep": m_ep, "ep_nic": ep_nic, "xb_cp": xb_cp, "xb_ep": xb_ep, "xb_pp": xb_pp,
             "stage_gpus": stage_gpus, "b_pp": b_pp, "hops": hops, "xhops": xhops, "s_pp": s_pp, "msgs": msgs,
             "t_p2p_x": t_p2p_x, "t_p2p_in": t_p2p_in, "dp_groups": dp_groups, "fl": fl, "fsdp_colls": fsdp_colls,
             "P_dense": P_dense, "P_exp": P_exp, "n_in_d": n_in_d, "n_in_e": n_in_e, "b_dp": b_dp, "x_exp": x_exp,

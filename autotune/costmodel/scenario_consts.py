@@ -40,6 +40,8 @@ class ScenarioConsts:
     net_eff: float
     flash: bool
     tp_overlap: bool             # WorkloadSpec.tp_comm_overlap
+    ep_overlap: bool             # WorkloadSpec.ep_comm_overlap
+    ep_dedup: bool               # WorkloadSpec.ep_token_dedup
     compute_scale: float         # 1 / framework_efficiency of the workload's framework class
     wire_bytes: float            # bytes per element of activations, gathered weights, reduced gradients
     weight_bytes: float; grad_bytes: float; optimizer_bytes: float   # resident, per parameter
@@ -151,7 +153,8 @@ def _compute_consts(scenario: Scenario, params: CostParams) -> ScenarioConsts:
         fsdp_unit_layers=float(scenario.workload.fsdp_unit_layers),
         x_tier=xt, x_tier_name="cross_region" if len({b.region for b in c.buildings}) > 1 else "cross_building",
         net_eff=params.network_efficiency, flash=scenario.workload.flash_attention,
-        tp_overlap=scenario.workload.tp_comm_overlap,
+        tp_overlap=scenario.workload.tp_comm_overlap, ep_overlap=scenario.workload.ep_comm_overlap,
+        ep_dedup=scenario.workload.ep_token_dedup,
         compute_scale=1.0 / framework_efficiency(params, scenario.workload.framework),
         **dict(zip(("wire_bytes", "weight_bytes", "grad_bytes", "optimizer_bytes"), precision_bytes(scenario.precision))),
         fsdp_regather=_REGATHER[scenario.workload.fsdp_regather],

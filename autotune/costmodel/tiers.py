@@ -85,7 +85,7 @@ def accounting(k, a: dict, xp) -> dict:
     nvl_share = xp.where(ep_in_code == T_SCALE_OUT,
                          (a["m_ep"] - 1.0) / xp.maximum(a["ep_in"] - 1.0, 1.0), 0.0)
     add("ep", T_NVLINK, bytes_=nvl_share * ep_inside)
-    add("ep", ep_in_code, bytes_=(1.0 - nvl_share) * ep_inside)
+    add("ep", ep_in_code, bytes_=(1.0 - nvl_share) * ep_inside * a["ep_nic"])   # de-duplicated: fewer
     add("ep", x_code, bytes_=a["xb_ep"])
     add("ep", xp.where(a["x_ep"] > 1, x_code, ep_in_code), link=m * Ls_moe * 4.0 * a["t_a2a"], exposed=a["ep_s"])
     # PP: hop bytes of the chain; the bottleneck rank's sends, forward and backward

@@ -29,5 +29,13 @@ class WorkloadSpec(BaseModel):
     tp_comm_overlap: bool = Field(default=False, description="tensor-parallel collectives overlapped with "
                                   "their GEMMs (TransformerEngine userbuffers, Megatron --tp-comm-overlap): "
                                   "only what outlasts the layer's GEMMs, and at least one of tp chunks, is exposed")
+    ep_comm_overlap: bool = Field(default=False, description="expert-parallel all-to-all of one micro-batch "
+                                  "overlapped with another micro-batch's compute (Megatron-Core "
+                                  "--overlap-moe-expert-parallel-comm, the DualPipe idea in 1F1B): the dispatch "
+                                  "and combine hide behind the paired micro-batch's layer, in all but one micro-batch")
+    ep_token_dedup: bool = Field(default=False, description="the MoE dispatcher sends each token to a remote "
+                                 "node once, however many of its experts live there, and forwards it inside "
+                                 "that node on NVLink (DeepEP, HybridEP, Megatron-Core's flex dispatcher); "
+                                 "otherwise one copy per selected expert crosses (NCCL all-to-all)")
     flash_attention: bool = Field(default=True, description="fused attention (FlashAttention): causal "
                                   "blocks skipped, no s^2 scores stored or streamed through HBM")

@@ -46,24 +46,63 @@ def _convention(row: dict, assumed: list, metric: str) -> str:
     return conv
 
 
-_YES = ("yes", "true", "on", "1", "enabled", "overlap", "--tp-comm-overlap", "tp-comm-overlap", "userbuffers", "ub")
+_YES = ("yes", "true", "on", "1", "enabled", "overlap")
 _NO = ("no", "false", "off", "0", "disabled", "none")
+_OVERLAP_FLAGS = {
+    "tp_comm_overlap": (("--tp-comm-overlap", "tp-comm-overlap", "userbuffers", "ub"),
+                        "TP communication overlapped with its GEMMs: --tp-comm-overlap"),
+    "ep_comm_overlap": (("--overlap-moe-expert-parallel-comm", "overlap-moe-expert-parallel-comm",
+                         "overlap_moe_expert_parallel_comm", "ep a2a overlap", "a2a overlap"),
+                        "EP all-to-all overlapped with another micro-batch: --overlap-moe-expert-parallel-comm"),
+}
 
 
-def _tp_overlap(row: dict, assumed: list, tp: int) -> bool:
-    """``tp_comm_overlap``: yes / true / on / 1 / --tp-comm-overlap / userbuffers, or no / false /
-    off / 0 (case-insensitive); not stated = no overlap, printed with the row where tp > 1."""
-    text = _cell(row, "tp_comm_overlap")
+def _overlap(row: dict, assumed: list, column: str, degree: int) -> bool:
+    """``tp_comm_overlap`` / ``ep_comm_overlap``: yes / true / on / 1 / the framework's flag, or no /
+    false / off / 0 (case-insensitive); not stated = no overlap, printed with the row where the
+    degree (tp, ep) is above 1."""
+    text = _cell(row, column)
     t = text.lower().strip()
+    flags, what = _OVERLAP_FLAGS[column]
     if not t:
-        if tp > 1:
-            assumed.append("tp_comm_overlap=no (not stated)")
+        if degree > 1:
+            assumed.append(f"{column}=no (not stated)")
         return False
-    if t in _YES:
+    if t in _YES or t in flags:
         return True
     if t in _NO:
         return False
-    raise Skip("not yes/no (TP communication overlapped with its GEMMs: --tp-comm-overlap)", "tp_comm_overlap", text)
+    raise Skip(f"not yes/no ({what})", column, text)
+
+
+def _tp_overlap(row: dict, assumed: list, tp: int) -> bool:
+    return _overlap(row, assumed, "tp_comm_overlap", tp)
+
+
+def _ep_overlap(row: dict, assumed: list, ep: int) -> bool:
+    return _overlap(row, assumed, "ep_comm_overlap", ep)
+
+
+_DEDUP_DISPATCHERS = ("deepep", "hybridep", "hybrid-ep", "hybrid_ep", "flex", "dedup", "deduplicated")
+_PLAIN_DISPATCHERS = ("alltoall", "all-to-all", "all_to_all", "a2a", "nccl", "allgather", "all-gather", "none")
+
+
+def _ep_dedup(row: dict, assumed: list, ep: int) -> bool:
+    """``ep_dispatcher``: deepep / hybridep / flex (Megatron-Core's flex dispatcher) send each
+    token once per remote node (de-duplicated); alltoall / allgather / nccl send one copy per
+    selected expert. First word, case-insensitive. Not stated = alltoall, printed where ep > 1."""
+    text = _cell(row, "ep_dispatcher")
+    t = text.lower().strip().split(" ")[0] if text.strip() else ""
+    if not t:
+        if ep > 1:
+            assumed.append("ep_dispatcher=alltoall (not stated)")
+        return False
+    if t.startswith(_DEDUP_DISPATCHERS):
+        return True
+    if t.startswith(_PLAIN_DISPATCHERS):
+        return False
+    raise Skip("names no known MoE dispatcher (deepep, hybridep, flex: de-duplicated; alltoall, allgather, nccl)",
+               "ep_dispatcher", text)
 
 
 def _float(row: dict, key: str) -> float | None:

@@ -23,7 +23,7 @@ from .columns import (ALWAYS_RECOMPUTE_SOURCES, ASSUMED_FFN_MULTIPLE, GATED_NAME
                       _match_flavour, _match_schedule, is_deepspeed_zero3, map_flavour, map_gpu, map_schedule, one_line,
                       shipped_runs_path, source_family)
 from .predict import score
-from .row_fields import RACK_SCALE_DOMAIN_GPUS, _convention, _float, _framework, _hardware, _tp_overlap
+from .row_fields import RACK_SCALE_DOMAIN_GPUS, _convention, _ep_dedup, _ep_overlap, _float, _framework, _hardware, _tp_overlap
 
 @dataclass
 class RunCase:
@@ -173,6 +173,11 @@ def build_case(i: int, row: dict) -> RunCase:
         raise Skip(f"etp must divide tp ({tp})", "etp", _cell(row, "etp"))
     et = etp or tp
     tp_overlap = _tp_overlap(row, assumed, tp)
+    ep_overlap = _ep_overlap(row, assumed, ep if experts else 1)
+    ep_dedup = _ep_dedup(row, assumed, ep if experts else 1)
+    if ep_overlap and not experts:
+        raise Skip("EP overlap on a dense model (moe_experts empty or 0)", "ep_comm_overlap",
+                   _cell(row, "ep_comm_overlap"))
     if experts and (experts % ep or (tp * dp * cp) % (et * ep)):
         raise Skip(f"ep must divide moe_experts ({experts}), and etp*ep = {et * ep} must divide tp*dp*cp "
                    f"({tp * dp * cp})", "ep", _cell(row, "ep"))
@@ -249,7 +254,8 @@ def build_case(i: int, row: dict) -> RunCase:
             flavour, regather = "fsdp", "forward"
         scen = Scenario(model=model, workload=WorkloadSpec(global_batch_seqs=gb, seq_len=seq, precision=precision,
                                                            flash_attention=flash, framework=framework,
-                                                           tp_comm_overlap=tp_overlap,
+                                                           tp_comm_overlap=tp_overlap, ep_comm_overlap=ep_overlap,
+                                                           ep_token_dedup=ep_dedup,
                                                            fsdp_regather=regather), cluster=cluster)
     except Exception as e:  # noqa: BLE001 - any spec error makes this row unusable; say why
         raise _spec_skip(e, row) from None

@@ -1,0 +1,70 @@
+"""MoE dispatch physics (issue 13): a de-duplicating dispatcher (WorkloadSpec.ep_token_dedup:
+DeepEP, HybridEP) and Megatron-Core's EP overlap (WorkloadSpec.ep_comm_overlap), as invariants."""
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from autotune.configbatch import batch_from_configs
+from autotune.costmodel import evaluate_batch
+from autotune.costmodel.collectives import dedup_share
+from autotune.costmodel.xp import SCALAR
+from autotune.specs import Config, build_scenario
+
+SETTINGS = settings(max_examples=30, deadline=None)
+
+
+@SETTINGS
+@given(nodes=st.integers(1, 64), m=st.sampled_from([1, 2, 4, 8]), k=st.integers(1, 16))
+def test_dedup_share_is_a_share_falls_with_top_k_and_is_one_inside_a_node(nodes, m, k):
+    n = float(nodes * m)
+    s = dedup_share(n, float(m), float(k), SCALAR)
+    assert 0.0 < s <= 1.0
+    assert dedup_share(n, float(m), float(k + 1), SCALAR) <= s + 1e-12
+    if nodes == 1:
+        assert s == 1.0
+    if k == 1:      # one expert per token: nothing to de-duplicate
+        assert abs(s - 1.0) < 1e-9
+
+
+def _scen(model="deepseek-v3", **wl):
+    s = build_scenario(model, "single-building", gpus=256, global_batch=1024)
+    return s.model_copy(update={"workload": s.workload.model_copy(update=wl)})
+
+
+@SETTINGS
+@given(ep=st.sampled_from([8, 16, 32, 64]), mb=st.sampled_from([1, 2]), pp=st.sampled_from([4, 8]))
+def test_dedup_and_overlap_never_slow_a_step_and_keep_at_least_one_micro_batch_exposed(ep, mb, pp):
+    cfg = Config(tp=1, pp=pp, dp=256 // pp, ep=ep, micro_batch=mb, recompute="full", dp_flavour="zero1")
+    b = batch_from_configs([cfg])
+    base = evaluate_batch(_scen(), b, check=False)
+    dedup = evaluate_batch(_scen(ep_token_dedup=True), b, check=False)
+    both = evaluate_batch(_scen(ep_token_dedup=True, ep_comm_overlap=True), b, check=False)
+    assert dedup["ep_comm_s"][0] <= base["ep_comm_s"][0] * (1 + 1e-12)
+    if ep <= 8:     # EP inside one node: NVLink only, nothing crosses twice
+        assert np.isclose(dedup["ep_comm_s"][0], base["ep_comm_s"][0])
+    else:
+        assert dedup["ep_comm_s"][0] < base["ep_comm_s"][0]
+    assert both["ep_comm_s"][0] <= dedup["ep_comm_s"][0] * (1 + 1e-12)
+    m = float(base["micro_batches"][0])
+    assert both["ep_comm_s"][0] >= dedup["ep_comm_s"][0] / m * (1 - 1e-12)   # one micro-batch unpaired
+    assert both["iteration_time_s"][0] <= base["iteration_time_s"][0] * (1 + 1e-12)
+
+
+def test_overlap_needs_a_second_micro_batch():
+    cfg = Config(tp=1, pp=1, dp=256, ep=32, micro_batch=4, recompute="full", dp_flavour="zero1")
+    b = batch_from_configs([cfg])
+    off, on = (evaluate_batch(_scen(ep_comm_overlap=o), b, check=False) for o in (False, True))
+    assert off["micro_batches"][0] == 1.0 and on["ep_comm_s"][0] == off["ep_comm_s"][0]
+
+
+def test_dispatcher_and_overlap_spellings():
+    from autotune.validation.row_fields import _ep_dedup, _ep_overlap
+    for text, want in (("DeepEP", True), ("hybridep (NVL72)", True), ("flex dispatcher", True),
+                       ("alltoall", False), ("NCCL all-to-all", False), ("allgather", False)):
+        assert _ep_dedup({"ep_dispatcher": text}, [], 8) is want, text
+    said = []
+    assert _ep_dedup({"ep_dispatcher": ""}, said, 8) is False and said == ["ep_dispatcher=alltoall (not stated)"]
+    for text, want in (("yes", True), ("--overlap-moe-expert-parallel-comm", True), ("Off", False)):
+        assert _ep_overlap({"ep_comm_overlap": text}, [], 8) is want, text
