@@ -75,6 +75,12 @@ def validate(runs, fit, write_path, loso, jobs, params_file, as_json):
                    + (f" ({rc['n_undefined']} undefined: constant values)" if rc["n_undefined"] else "")
                    + (f"; mean {rho(rc['mean_spearman'])}" if rc["mean_spearman"] is not None else ""))
 
+    def subsets(d, label=""):
+        for s in d.get("subsets", ()):
+            if s["rows"]:
+                click.echo(f"{'  ' if label else ''}{s['subset']}, {s['rows']} rows{', ' + label if label else ''}: "
+                           f"median {s['median_ape']:.2f}%, p90 {s['p90_ape']:.2f}%")
+
     def skipped_and_ignored(d):
         for s in d["skipped"]:
             click.echo(f"{s['row']:4d} SKIPPED {s['model_name'][:34]}: row {s['row']} (line {s['line']}): "
@@ -95,6 +101,7 @@ def validate(runs, fit, write_path, loso, jobs, params_file, as_json):
         if mem.get("n"):
             click.echo(f"memory: {mem['n']} rows with a measured peak; predicted vs measured median |error| "
                        f"{mem['median_ape']:.1f}%, 90th percentile {mem['p90_ape']:.1f}%")
+        subsets(d)
         ranks(d, "in-sample")
 
     def human_loso(d):
@@ -113,6 +120,7 @@ def validate(runs, fit, write_path, loso, jobs, params_file, as_json):
                    f"shipped calibration: median {s['median_ape']:.2f}%, p90 {s['p90_ape']:.2f}%")
         click.echo(f"  held out: median {d['median_ape']:.2f}%, p90 {d['p90_ape']:.2f}%  "
                    f"({d['seconds']:.0f} s, {d['jobs']} process(es))")
+        subsets(d, "held out")
         ranks(d, "held out", "in-sample")
     _emit(data, as_json, human_loso if loso else human)
 

@@ -476,3 +476,17 @@ def test_deepspeed_zero3_rows_run_without_overlap():
     assert zero3 and all(c.config.dp_flavour == "fsdp" for c in zero3)
     assert {c.family.split(" 20")[0] for c in zero3} == {"Narayanan et al. SC'21", "DeepSpeed team 'DeepSpeed on Azure' blog"}
     assert all(any("overlap_dp=0" in a for a in c.assumptions) for c in zero3)
+
+
+def test_fine_grained_moe_subset_is_reported_from_its_rule(tmp_path):
+    """The issue-13 subset figure comes from the command: rows with >= 64 experts of FFN <= 2,048."""
+    def rows(src):
+        fine = next(r for r in src if r["moe_experts"] and int(r["moe_experts"]) >= 64
+                    and r["expert_ffn_hidden"] and int(r["expert_ffn_hidden"]) <= 2048)
+        dense = src[22]
+        return [fine, dense]
+    r = validate(_write(tmp_path, rows))
+    (sub,) = [s for s in r["subsets"] if s["subset"].startswith("fine-grained MoE")]
+    assert r["n"] == 2 and sub["rows"] == 1
+    fine_row = next(x for x in r["rows"] if x["row"] == 1)
+    assert sub["median_ape"] == pytest.approx(fine_row["ape"])

@@ -29,8 +29,26 @@ def validate(path=None, params: CostParams | None = None) -> dict:
             "mode": "in_sample", "rows": rows, "skipped": runs.skipped, "n": len(rows),
             "median_ape": s["median_ape"], "p90_ape": s["p90_ape"], "mean_ape": s["mean_ape"],
             "params": params.to_dict(), "ignored_columns": runs.ignored_columns,
-            "families": _family_table(runs.cases, rows), "rank_correlation": rank,
+            "families": _family_table(runs.cases, rows), "subsets": subset_table(runs.cases, rows),
+            "rank_correlation": rank,
             "min_spearman": rank["min_spearman"]}
+
+
+SUBSETS = {
+    "fine-grained MoE (>= 64 experts, expert FFN <= 2,048)":
+        lambda c: c.scenario.model.moe_experts >= 64 and 0 < c.scenario.model.moe_ffn_hidden <= 2048,
+}
+"""Named row subsets whose figures issue 13 sets targets for, reported by both modes."""
+
+
+def subset_table(cases, rows) -> list[dict]:
+    """Each subset's row count and APE summary (``rows``: scored rows, by row number)."""
+    by_row = {r["row"]: r for r in rows}
+    out = []
+    for name, member in SUBSETS.items():
+        apes = [by_row[c.row]["ape"] for c in cases if member(c) and c.row in by_row]
+        out.append({"subset": name, "rows": len(apes), **_summary(apes)})
+    return out
 
 
 def _family_table(cases, rows, compare_rows=None) -> list[dict]:
@@ -259,7 +277,7 @@ def loso(path=None, start: CostParams | None = None, jobs: int = 1, progress: bo
             "rows": held_rows, "skipped": runs.skipped, "ignored_columns": runs.ignored_columns,
             "n": len(held_rows), "n_families": len(keys),
             "median_ape": overall["median_ape"], "p90_ape": overall["p90_ape"], "mean_ape": overall["mean_ape"],
-            "families": families,
+            "families": families, "subsets": subset_table(cases, held_rows),
             "in_sample": {**_summary(r["ape"] for r in in_rows), "fit": all_report, "params": all_params.to_dict(),
                           "what": "the same fit on all rows, every row scored with it"},
             "shipped": {**_summary(r["ape"] for r in shipped_rows), "params": shipped.to_dict(),
