@@ -114,16 +114,19 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
                                  mb, cp, tp, ep, et))
     t_attn_lin, t_moe_lin, t_core = ct.attn_lin, ct.moe_lin, ct.core
     lin_f = Ls_dense * (t_attn_lin + ct.mlp_dense) + Ls_moe * (t_attn_lin + t_moe_lin)
+    # forward and input-gradient GEMMs run in tp chunks under TP comm overlap, weight gradients whole
+    lin_x = Ls_dense * (ct.attn_lin_split + ct.mlp_dense_split) + Ls_moe * (ct.attn_lin_split + t_moe_lin) \
+        if k.tp_overlap else lin_f
     core_f = Ls * t_core
     elem_f = Ls * ct.elem + Ls_moe * ct.moe_permute
     t_head = ct.head
     fw = k.compute_scale                             # framework class (WorkloadSpec.framework)
     if fw != 1.0:
-        lin_f, core_f, elem_f, t_head = fw * lin_f, fw * core_f, fw * elem_f, fw * t_head
-    t_f_comp = lin_f + core_f + elem_f + t_head
+        lin_f, lin_x, core_f, elem_f, t_head = fw * lin_f, fw * lin_x, fw * core_f, fw * elem_f, fw * t_head
+    t_f_comp = lin_x + core_f + elem_f + t_head
     t_w_comp = lin_f + t_head                        # weight gradients: one GEMM per forward GEMM
     recompute_extra = xp.where(rc == R_FULL, t_f_comp, xp.where(rc == R_SELECTIVE, core_f, 0.0))
-    t_b_comp = lin_f + t_head + p.attention_backward_time_ratio * core_f + elem_f + recompute_extra
+    t_b_comp = lin_x + t_head + p.attention_backward_time_ratio * core_f + elem_f + recompute_extra
 
     # ---- tensor parallel (sequence parallel): 2 all-gathers + 2 reduce-scatters per layer pass ----
     s_tp = tok * k.h * k.wire_bytes
@@ -134,8 +137,8 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
     tp_f_link = tp_colls * t_tp_coll
     tp_b_link = tp_colls * t_tp_coll * xp.where(rc == R_FULL, 2.0, 1.0)
     tp_f, tp_b = tp_f_link, tp_b_link
-    if k.tp_overlap:    # hidden behind the layer's GEMMs: forward lin_f, backward data + weight gradients
-        tp_f, tp_b = tp_exposed(tp_f_link, lin_f, tp, xp), tp_exposed(tp_b_link, 2.0 * lin_f, tp, xp)
+    if k.tp_overlap:    # hidden behind the layer's GEMMs: forward, backward data + weight gradients
+        tp_f, tp_b = tp_exposed(tp_f_link, lin_x, tp, xp), tp_exposed(tp_b_link, lin_x + lin_f, tp, xp)
 
     # ---- context parallel: ring of K/V blocks (TransformerEngine's P2P ring attention) ----
     # cp steps per layer pass; each of the cp - 1 transfers (the next K/V block; in backward
@@ -256,8 +259,8 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
         tp_f, tp_b, cp_f, cp_b, ep_f, ep_b, tp_f_link, tp_b_link = (hs.comm * x for x in (tp_f, tp_b, cp_f, cp_b, ep_f, ep_b,
                                                                                 tp_f_link, tp_b_link))
         if k.tp_overlap:     # the overlap budget is the bottleneck rank's own GEMMs under the shares
-            g = hs.compute * lin_f
-            tp_f, tp_b = tp_exposed(tp_f_link, g, tp, xp), tp_exposed(tp_b_link, 2.0 * g, tp, xp)
+            g, gx = hs.compute * lin_f, hs.compute * lin_x
+            tp_f, tp_b = tp_exposed(tp_f_link, gx, tp, xp), tp_exposed(tp_b_link, gx + g, tp, xp)
         gather_f_mb, gather_b_mb = hs.comm * gather_f_mb, hs.comm * gather_b_mb
         t_f, t_b, t_w, T_comp, T_mb = per_microbatch()
         hs_memory, hetero_plan, m_busiest = hs.memory, hs.plan, hs.microbatches

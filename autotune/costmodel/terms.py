@@ -75,6 +75,8 @@ class ComputeTerms(NamedTuple):
     elem: object          # element-wise passes (norms, activation, residuals)
     moe_permute: object   # MoE permutation and un-permutation, per MoE layer
     head: object          # LM head (last rank)
+    attn_lin_split: object  # attention projections as tp chunks of tok / tp rows (tp_comm_overlap)
+    mlp_dense_split: object  # dense MLP the same way
 
 
 def compute_terms(k: ScenarioConsts, p: CostParams, mb, cp, tp, ep, et, xp) -> ComputeTerms:
@@ -92,11 +94,24 @@ def compute_terms(k: ScenarioConsts, p: CostParams, mb, cp, tp, ep, et, xp) -> C
 
     def gemm_time(M, K, N):
         return gemm_time_s(M, K, N, k.peak_lin, k.ridge, p)
-    attn_lin = 0.0
-    for K_, N_, split in k.attn_gemms:              # ModelSpec.attn_gemms: 2 for GQA, 4-5 for MLA
-        attn_lin = attn_lin + gemm_time(tok, K_ / tp if split == "K" else K_, N_ / tp if split == "N" else N_)
+    def attn_gemms(M):
+        t = 0.0
+        for K_, N_, split in k.attn_gemms:          # ModelSpec.attn_gemms: 2 for GQA, 4-5 for MLA
+            t = t + gemm_time(M, K_ / tp if split == "K" else K_, N_ / tp if split == "N" else N_)
+        return t
     up_n = (k.mlp_mats - 1.0) * k.ffn / tp              # fused gate+up for SwiGLU
-    mlp_dense = gemm_time(tok, k.h, up_n) + gemm_time(tok, k.ffn / tp, k.h)
+
+    def mlp_gemms(M):
+        return gemm_time(M, k.h, up_n) + gemm_time(M, k.ffn / tp, k.h)
+    attn_lin, mlp_dense = attn_gemms(tok), mlp_gemms(tok)
+    # TransformerEngine's comm-GEMM overlap (WorkloadSpec.tp_comm_overlap; Wang et al., ASPLOS'23)
+    # splits each TP-adjacent GEMM into tp chunks of tok / tp rows, one per ring step: the same
+    # FLOPs at a smaller GEMM's efficiency (kernels.gemm_efficiency)
+    if k.tp_overlap:
+        attn_split = xp.where(tp > 1, tp * attn_gemms(tok / tp), attn_lin)
+        mlp_split = xp.where(tp > 1, tp * mlp_gemms(tok / tp), mlp_dense)
+    else:
+        attn_split, mlp_split = attn_lin, mlp_dense
     moe_lin = moe_permute = 0.0
     if k.experts:
         tok_e = xp.maximum(tok * k.top_k * ep * et / (tp * k.experts), 1.0)   # tokens per local expert
@@ -112,7 +127,7 @@ def compute_terms(k: ScenarioConsts, p: CostParams, mb, cp, tp, ep, et, xp) -> C
         core = core + memory_bound_time_s(C.UNFUSED_SOFTMAX_TRAFFIC_BYTES_PER_SCORE * k.heads * tok * k.seq / tp, k.hbm_Bps)
     elem = memory_bound_time_s(C.ELEMENTWISE_TRAFFIC_BYTES_PER_TOKEN_HIDDEN * tok * k.h / tp, k.hbm_Bps)
     head = gemm_time(tok, k.h, k.vocab / tp)
-    return ComputeTerms(attn_lin, mlp_dense, moe_lin, core, elem, moe_permute, head)
+    return ComputeTerms(attn_lin, mlp_dense, moe_lin, core, elem, moe_permute, head, attn_split, mlp_split)
 
 
 def layers_on_rank(k: ScenarioConsts, pp, v, xp):
