@@ -15,8 +15,8 @@ from . import constants as C
 from . import nccl as N
 from .collectives import all_to_all_time, dedup_share, p2p_time, tp_collective_time, tp_exposed
 from .params import CostParams, default_params
-from .pipeline import (S_1F1B, S_DUALPIPEV, S_GPIPE, S_INTERLEAVED, S_ZBV, bubble_time, chain_hops, sync_windows,
-                       in_flight_microbatches)
+from .pipeline import (S_1F1B, S_DUALPIPEV, S_GPIPE, S_INTERLEAVED, S_ZBV, bubble_time, chain_hops,
+                       in_flight_microbatches, step_end_exposed, sync_windows)
 from .terms import (F_DDP, F_FSDP, F_HSDP, F_ZERO1, P_CP_OUT, P_DP_OUT, P_EP_OUT, P_HYBRID,  # noqa: F401
                     P_PP_OUT, ComputeTerms, Transport, compute_terms, dp_comm_groups, expert_tp, layout,
                     memory_per_gpu, sum_groups)
@@ -169,9 +169,8 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
     ep_nic = dedup_share(ep, m_ep, k.top_k, xp) if k.ep_dedup else 1.0   # node-leaving bytes sent
     t_a2a = xp.where(x_ep > 1, (B - 1) / B * a2a_bytes / bw_x_p2p + k.x_alpha_s,
                      all_to_all_time(a2a_bytes, ep, bw_ep_in, a_ep_in, xp, m_ep, k.nvlink_Bps, ep_nic))
-    # DualPipeV overlaps the a2a with the paired chunk; Megatron-Core's EP overlap
-    # (WorkloadSpec.ep_comm_overlap) pairs one micro-batch's forward with another's backward, so all
-    # but one of the m micro-batches hide their a2a behind the paired layer's compute
+    # DualPipeV, and Megatron-Core's EP overlap (ep_comm_overlap) in all but one of the m
+    # micro-batches, pair one micro-batch's forward with another's backward: each hides the a2a
     hide = xp.where(sc == S_DUALPIPEV, 1.0, (m - 1.0) / m if k.ep_overlap else 0.0)
     layer_f = t_attn_lin + t_moe_lin + t_core
     ep_f = Ls_moe * ((1.0 - hide) * 2 * t_a2a + hide * xp.maximum(0.0, 2 * t_a2a - layer_f))
@@ -284,18 +283,11 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
     T_pipe = infl * T_pace + waiting * cycle + bubble + 2 * D_chain
 
     # ---- DP exposure once per step ----
-    # communication only hides behind compute: the backward (forward) of the last (first)
-    # micro-batch, or, per model chunk under the interleaved schedule, of the last (first) round
-    # of micro-batches (pipeline.sync_windows)
+    # hidden behind the last (first) micro-batch's backward (forward), or per model chunk under
+    # the interleaved schedule behind the last (first) round of micro-batches (sync_windows)
     win, last = sync_windows(sc, pp, v, m, xp)
-    t_bw = t_b_comp + t_w_comp
-
-    def exposed(link, t_pass):
-        """The last bucket (or unit) cannot hide behind the pass that produced it; nor can the
-        last chunk's share outlast its own pass, nor the whole outlast the window."""
-        hidden = xp.maximum(xp.maximum(link / calls_d, last * (link - t_pass)), link - win * t_pass)
-        return xp.where(overlap, hidden, link)
-    dp_grad_exposed, dp_param_exposed = exposed(per_step_grad, t_bw), exposed(per_step_param, t_f_comp)
+    dp_grad_exposed = step_end_exposed(per_step_grad, t_b_comp + t_w_comp, calls_d, win, last, overlap, xp)
+    dp_param_exposed = step_end_exposed(per_step_param, t_f_comp, calls_d, win, last, overlap, xp)
     dp_exposed = dp_grad_exposed + dp_param_exposed
 
     # ---- optimizer step (HBM bound) ----

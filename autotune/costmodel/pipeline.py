@@ -65,6 +65,15 @@ def sync_windows(sched, p, v, m, xp=NUMPY):
     return window, xp.where(looped, 1.0 / vv, 1.0)
 
 
+def step_end_exposed(link, t_pass, calls, window, last_share, overlap, xp=NUMPY):
+    """Seconds of a step-end DP collective (``link`` seconds in ``calls`` buckets or units) left
+    exposed: all of it without overlap; with it, the last bucket cannot hide behind the pass that
+    produced it, nor the last chunk's share outlast its own pass (``t_pass`` per micro-batch), nor
+    the whole outlast the ``window`` (``sync_windows``)."""
+    hidden = xp.maximum(xp.maximum(link / calls, last_share * (link - t_pass)), link - window * t_pass)
+    return xp.where(overlap, hidden, link)
+
+
 def chain_hops(sched, p, v, b_pp, xp=NUMPY):
     """Boundaries one micro-batch crosses going forward through all p*v chunks, and how many
     of them cross a building boundary when the p ranks are cut into b_pp contiguous groups.

@@ -225,10 +225,8 @@ def build_case(i: int, row: dict) -> RunCase:
     sched = map_schedule(sched_text, vpp) if pp > 1 else "1f1b"
     chunks = (vpp or ASSUMED_INTERLEAVED_CHUNKS) if sched == "interleaved_1f1b" else (
         2 if sched in ("zbv", "dualpipev") else 1)
-    # only as stated (an assumed vpp is the code's guess, not the row's); the embedding and the
-    # head may take a chunk's slot each (Megatron-LM's --account-for-embedding-in-pipeline-split
-    # and --account-for-loss-in-pipeline-split; Qi et al.'s first and last stages hold one layer
-    # fewer), so up to n_layers + 2 chunks
+    # only a stated vpp; embedding and head may take a chunk each (Megatron-LM's
+    # --account-for-embedding/loss-in-pipeline-split; Qi et al.): up to n_layers + 2 chunks
     if vpp > 1 and pp * vpp > L + 2:
         raise Skip(f"pp*vpp = {pp * vpp} model chunks for {L} layers (at most n_layers + 2: embedding and "
                    "head may take a chunk each)", "vpp", _cell(row, "vpp"))
