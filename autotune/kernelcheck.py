@@ -151,7 +151,8 @@ def predict_s(r: dict, g: Gpu, p: CostParams) -> float | None:
     """Seconds the cost model charges for case ``r``; None where it has no term for the kind."""
     kind = r.get("kind")
     if kind == "gemm":
-        return gemm_time_s(_num(r, "M"), _num(r, "K"), _num(r, "N"), g.peak_lin(r.get("dtype"), p), g.ridge, p)
+        return gemm_time_s(_num(r, "M"), _num(r, "K"), _num(r, "N"), g.peak_lin(r.get("dtype"), p), g.ridge, p,
+                           2.0 if r.get("dtype") == "fp8" else 1.0)
     if kind == "expert_bmm":
         return expert_block_time_s(_num(r, "T"), _num(r, "K"), _num(r, "N"), SWIGLU_MATS, _num(r, "E"),
                                    g.bf16(p), g.ridge, p)

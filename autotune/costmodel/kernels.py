@@ -9,27 +9,31 @@ from . import constants as C
 from .params import CostParams
 
 
-def gemm_efficiency(M, K, N, ridge: float, p: CostParams):
+def gemm_efficiency(M, K, N, ridge: float, p: CostParams, out_weight=1.0):
     """Achieved fraction of peak of an M x K x N GEMM from its arithmetic intensity
     I = MKN / (MK + KN + MN) FLOP/byte (bf16 operands): e_max I / (I + k ridge), with ridge the
-    GPU's roofline ridge point, peak FLOP/s / HBM B/s (Williams et al. 2009)."""
-    intensity = M * K * N / (M * K + K * N + M * N)
+    GPU's roofline ridge point, peak FLOP/s / HBM B/s (Williams et al. 2009).
+    An fp8 GEMM (``out_weight`` 2) reads 1-byte operands but writes its M x N output in bf16:
+    against its doubled peak (ridge x 2) its intensity is 2MKN / (MK + KN + 2MN), so on the bf16
+    scale the output counts twice, and small-K shapes gain less from fp8 (the measured H100 fp8
+    speed-up over bf16 runs from 1.3x at K = 512 to 1.9x at K >= 2,048, ``data/h100``)."""
+    intensity = M * K * N / (M * K + K * N + out_weight * M * N)
     return p.gemm_efficiency_max * intensity / (intensity + p.gemm_half_intensity_ridge_ratio * ridge)
 
 
-def gemm_time_s(M, K, N, peak_flops: float, ridge: float, p: CostParams):
+def gemm_time_s(M, K, N, peak_flops: float, ridge: float, p: CostParams, out_weight=1.0):
     """Seconds of one M x K x N GEMM: 2 M K N FLOPs at ``gemm_efficiency`` of ``peak_flops``."""
-    return 2.0 * M * K * N / (peak_flops * gemm_efficiency(M, K, N, ridge, p))
+    return 2.0 * M * K * N / (peak_flops * gemm_efficiency(M, K, N, ridge, p, out_weight))
 
 
 def expert_block_time_s(tokens_per_expert, hidden, ffn_e, mlp_mats, experts, peak_flops: float, ridge: float,
-                        p: CostParams):
+                        p: CostParams, out_weight=1.0):
     """Seconds of ``experts`` expert MLPs, each over ``tokens_per_expert`` tokens: the fused up
     projection (hidden -> (mlp_mats - 1) ffn_e) and the down projection (ffn_e -> hidden), each at
     the efficiency of its own (small-M) shape."""
     up = (mlp_mats - 1.0) * ffn_e
-    return experts * (gemm_time_s(tokens_per_expert, hidden, up, peak_flops, ridge, p)
-                      + gemm_time_s(tokens_per_expert, ffn_e, hidden, peak_flops, ridge, p))
+    return experts * (gemm_time_s(tokens_per_expert, hidden, up, peak_flops, ridge, p, out_weight)
+                      + gemm_time_s(tokens_per_expert, ffn_e, hidden, peak_flops, ridge, p, out_weight))
 
 
 def attention_flops_fwd(tokens, keys_per_query, qv_width):

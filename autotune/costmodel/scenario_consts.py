@@ -27,6 +27,7 @@ class ScenarioConsts:
     expert_params: float; global_batch: float; n_gpus: float
     B: float; G_b: float; node: float; zone: float; b_pp_hybrid: float; b_dp_hybrid: float
     peak_lin: float; peak_bf16: float; peak_precision: float; ridge: float
+    gemm_out_weight: float       # 2 for fp8 GEMMs (bf16 output, 1-byte operands; kernels.gemm_efficiency)
     hbm_bytes: float; hbm_Bps: float; nvlink_Bps: float; nvlink_alpha_s: float; nic_Bps: float
     so_Bps: float; so_alpha_s: float; cz_Bps: float; cz_alpha_s: float
     tier_bw_table: object        # (NVLink, scale-out, cross-zone) bandwidth, for tier_of_span
@@ -139,7 +140,7 @@ def _compute_consts(scenario: Scenario, params: CostParams) -> ScenarioConsts:
         global_batch=scenario.global_batch_seqs, n_gpus=c.n_gpus,
         B=c.n_buildings, G_b=G_b, node=min(g.nvlink_domain_gpus for g in gpus), zone=zone,
         b_pp_hybrid=b_pp_h, b_dp_hybrid=b_dp_h,
-        peak_lin=peak_lin, peak_bf16=peak_bf16, peak_precision=slow.peak_flops(scenario.precision),
+        peak_lin=peak_lin, peak_bf16=peak_bf16, gemm_out_weight=2.0 if scenario.precision == "fp8" else 1.0, peak_precision=slow.peak_flops(scenario.precision),
         ridge=ridge,
         hbm_bytes=min(g.hbm_bytes for g in gpus), hbm_Bps=min(g.hbm_bandwidth_Bps for g in gpus),
         nvlink_Bps=nvlink_Bps, nvlink_alpha_s=nvlink_alpha_s, nic_Bps=nic,

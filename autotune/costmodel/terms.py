@@ -93,7 +93,7 @@ def compute_terms(k: ScenarioConsts, p: CostParams, mb, cp, tp, ep, et, xp) -> C
     tok = mb * k.seq / cp
 
     def gemm_time(M, K, N):
-        return gemm_time_s(M, K, N, k.peak_lin, k.ridge, p)
+        return gemm_time_s(M, K, N, k.peak_lin, k.ridge, p, k.gemm_out_weight)
     def attn_gemms(M):
         t = 0.0
         for K_, N_, split in k.attn_gemms:          # ModelSpec.attn_gemms: 2 for GQA, 4-5 for MLA
@@ -115,8 +115,10 @@ def compute_terms(k: ScenarioConsts, p: CostParams, mb, cp, tp, ep, et, xp) -> C
     moe_lin = moe_permute = 0.0
     if k.experts:
         tok_e = xp.maximum(tok * k.top_k * ep * et / (tp * k.experts), 1.0)   # tokens per local expert
-        routed = expert_block_time_s(tok_e, k.h, k.ffn_e / et, k.mlp_mats, k.experts / ep, k.peak_lin, k.ridge, p)
-        shared = expert_block_time_s(tok, k.h, k.ffn_e / tp, k.mlp_mats, k.shared, k.peak_lin, k.ridge, p)
+        routed = expert_block_time_s(tok_e, k.h, k.ffn_e / et, k.mlp_mats, k.experts / ep, k.peak_lin, k.ridge, p,
+                                     k.gemm_out_weight)
+        shared = expert_block_time_s(tok, k.h, k.ffn_e / tp, k.mlp_mats, k.shared, k.peak_lin, k.ridge, p,
+                                     k.gemm_out_weight)
         moe_lin = routed * C.EXPERT_IMBALANCE_FACTOR + shared + 2.0 * tok * k.h * k.experts / (k.peak_lin * p.gemm_efficiency_max)
         # permute before dispatch (tok / tp tokens per rank under SP) and sort by local expert
         # after it and the experts' TP gather (tok et / tp tokens), un-permute both on the way back
