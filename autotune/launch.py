@@ -109,8 +109,19 @@ def megatron_args(scenario, cfg: Config) -> tuple[list[str], list[str]]:
         args.append(f"--expert-tensor-parallel-size {cfg.etp}")
     if cfg.tp > 1 and scenario.workload.tp_comm_overlap:
         args.append("--tp-comm-overlap")
-    if cfg.ep > 1 and scenario.workload.ep_comm_overlap:
-        args.append("--overlap-moe-expert-parallel-comm")
+    wl = scenario.workload
+    if m.moe_experts and cfg.ep > 1:
+        # Megatron's default dispatcher (allgather) admits no EP overlap; DeepEP-style de-duplication
+        # is the flex dispatcher (HybridEP on NVL72 racks: --moe-flex-dispatcher-backend hybridep)
+        args += (["--moe-token-dispatcher-type flex", "--moe-flex-dispatcher-backend deepep"] if wl.ep_token_dedup
+                 else ["--moe-token-dispatcher-type alltoall"])
+        if wl.ep_comm_overlap:
+            if (cfg.pp == 1 or cfg.pp_schedule == "interleaved_1f1b") and cfg.recompute != "full":
+                args.append("--overlap-moe-expert-parallel-comm")
+            else:
+                notes.append("ep_comm_overlap: Megatron-Core overlaps the EP all-to-all only at pp 1 or with the "
+                             "interleaved schedule, without full recomputation; not set (the cost model gives it "
+                             "no credit here either)")
     if cfg.pp_schedule == "interleaved_1f1b":
         per_stage = m.n_layers // (cfg.pp * cfg.pp_chunks)
         if per_stage * cfg.pp * cfg.pp_chunks == m.n_layers:

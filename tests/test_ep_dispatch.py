@@ -3,6 +3,7 @@ DeepEP, HybridEP) and Megatron-Core's EP overlap (WorkloadSpec.ep_comm_overlap),
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -34,9 +35,12 @@ def _scen(model="deepseek-v3", **wl):
 
 
 @SETTINGS
-@given(ep=st.sampled_from([8, 16, 32, 64]), mb=st.sampled_from([1, 2]), pp=st.sampled_from([4, 8]))
-def test_dedup_and_overlap_never_slow_a_step_and_keep_at_least_one_micro_batch_exposed(ep, mb, pp):
-    cfg = Config(tp=1, pp=pp, dp=256 // pp, ep=ep, micro_batch=mb, recompute="full", dp_flavour="zero1")
+@given(ep=st.sampled_from([8, 16, 32, 64]), mb=st.sampled_from([1, 2]), pp=st.sampled_from([1, 4, 8]),
+       v=st.sampled_from([2, 4]))
+def test_dedup_and_overlap_never_slow_a_step_and_keep_at_least_one_micro_batch_exposed(ep, mb, pp, v):
+    sched = {"pp_schedule": "interleaved_1f1b", "pp_chunks": v} if pp > 1 else {}
+    cfg = Config(tp=1, pp=pp, dp=256 // pp, ep=ep, micro_batch=mb, recompute="selective", dp_flavour="zero1",
+                 **sched)
     b = batch_from_configs([cfg])
     base = evaluate_batch(_scen(), b, check=False)
     dedup = evaluate_batch(_scen(ep_token_dedup=True), b, check=False)
@@ -47,9 +51,22 @@ def test_dedup_and_overlap_never_slow_a_step_and_keep_at_least_one_micro_batch_e
     else:
         assert dedup["ep_comm_s"][0] < base["ep_comm_s"][0]
     assert both["ep_comm_s"][0] <= dedup["ep_comm_s"][0] * (1 + 1e-12)
-    m = float(base["micro_batches"][0])
-    assert both["ep_comm_s"][0] >= dedup["ep_comm_s"][0] / m * (1 - 1e-12)   # one micro-batch unpaired
+    m, vv = float(base["micro_batches"][0]), (v if pp > 1 else 1)
+    assert both["ep_comm_s"][0] >= dedup["ep_comm_s"][0] / (m * vv) * (1 - 1e-12)   # one chunk pass unpaired
     assert both["iteration_time_s"][0] <= base["iteration_time_s"][0] * (1 + 1e-12)
+
+
+@pytest.mark.parametrize("update", [{"pp_schedule": "1f1b"}, {"pp_schedule": "gpipe"}, {"recompute": "full"}])
+def test_overlap_is_not_credited_where_megatron_refuses_it(update):
+    """Megatron-Core runs EP overlap at pp 1 or under the interleaved schedule, without full
+    recomputation: elsewhere the flag changes nothing."""
+    cfg = Config(tp=1, pp=8, dp=32, ep=32, micro_batch=1, recompute="selective", dp_flavour="zero1",
+                 pp_schedule="interleaved_1f1b", pp_chunks=2).model_copy(update=update)
+    if update.get("pp_schedule") in ("1f1b", "gpipe"):
+        cfg = cfg.model_copy(update={"pp_chunks": 1})
+    b = batch_from_configs([cfg])
+    off, on = (evaluate_batch(_scen(ep_comm_overlap=o), b, check=False) for o in (False, True))
+    assert on["ep_comm_s"][0] == off["ep_comm_s"][0] > 0.0
 
 
 def test_overlap_needs_a_second_micro_batch():
@@ -68,3 +85,16 @@ def test_dispatcher_and_overlap_spellings():
     assert _ep_dedup({"ep_dispatcher": ""}, said, 8) is False and said == ["ep_dispatcher=alltoall (not stated)"]
     for text, want in (("yes", True), ("--overlap-moe-expert-parallel-comm", True), ("Off", False)):
         assert _ep_overlap({"ep_comm_overlap": text}, [], 8) is want, text
+
+
+def test_megatron_launch_names_the_dispatcher_and_sets_ep_overlap_only_where_it_runs():
+    from autotune.launch import megatron_args
+    base = dict(tp=1, pp=8, dp=32, ep=32, micro_batch=1, dp_flavour="zero1")
+    ok = Config(**base, recompute="selective", pp_schedule="interleaved_1f1b", pp_chunks=2)
+    args, notes = megatron_args(_scen(ep_token_dedup=True, ep_comm_overlap=True), ok)
+    assert "--moe-token-dispatcher-type flex" in args and "--moe-flex-dispatcher-backend deepep" in args
+    assert "--overlap-moe-expert-parallel-comm" in args and not any("ep_comm_overlap" in n for n in notes)
+    bad = Config(**base, recompute="full")
+    args, notes = megatron_args(_scen(ep_comm_overlap=True), bad)
+    assert "--moe-token-dispatcher-type alltoall" in args and "--overlap-moe-expert-parallel-comm" not in args
+    assert any("ep_comm_overlap" in n for n in notes)

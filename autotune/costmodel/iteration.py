@@ -16,7 +16,7 @@ from . import nccl as N
 from .collectives import all_to_all_time, dedup_share, p2p_time, tp_collective_time, tp_exposed
 from .params import CostParams, default_params
 from .pipeline import (S_1F1B, S_DUALPIPEV, S_GPIPE, S_INTERLEAVED, S_ZBV, bubble_time, chain_hops,
-                       in_flight_microbatches, step_end_exposed, sync_windows)
+                       in_flight_microbatches, paired_share, step_end_exposed, sync_windows)
 from .terms import (F_DDP, F_FSDP, F_HSDP, F_ZERO1, P_CP_OUT, P_DP_OUT, P_EP_OUT, P_HYBRID,  # noqa: F401
                     P_PP_OUT, ComputeTerms, Transport, compute_terms, dp_comm_groups, expert_tp, layout,
                     memory_per_gpu, sum_groups)
@@ -166,12 +166,15 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
     # group, then an all-gather over the expert-TP group on NVLink, charged with the TP term)
     a2a_bytes = tok * k.top_k * k.h * k.wire_bytes / tp
     m_ep = members_per_node(k, et, ep_in, xp)  # in a building: these exchange on NVLink, the rest on the NIC
-    ep_nic = dedup_share(ep, m_ep, k.top_k, xp) if k.ep_dedup else 1.0   # node-leaving bytes sent
+    # de-duplicated inside a building only; an EP group across buildings is charged as before
+    ep_nic = xp.where(x_ep > 1, 1.0, dedup_share(ep_in, m_ep, k.top_k, xp)) if k.ep_dedup else 1.0
     t_a2a = xp.where(x_ep > 1, (B - 1) / B * a2a_bytes / bw_x_p2p + k.x_alpha_s,
                      all_to_all_time(a2a_bytes, ep, bw_ep_in, a_ep_in, xp, m_ep, k.nvlink_Bps, ep_nic))
-    # DualPipeV, and Megatron-Core's EP overlap (ep_comm_overlap) in all but one of the m
-    # micro-batches, pair one micro-batch's forward with another's backward: each hides the a2a
-    hide = xp.where(sc == S_DUALPIPEV, 1.0, (m - 1.0) / m if k.ep_overlap else 0.0)
+    # DualPipeV pairs one micro-batch's forward with another's backward, each hiding the other's
+    # a2a; so does Megatron-Core's EP overlap (ep_comm_overlap) in its paired passes, where it runs
+    # at all (pp 1 or interleaved, no full recomputation: pipeline.paired_share)
+    paired = xp.where((rc != R_FULL) & (ep > 1), paired_share(sc, pp, v, m, xp), 0.0) if k.ep_overlap else 0.0
+    hide = xp.where(sc == S_DUALPIPEV, 1.0, paired)
     layer_f = t_attn_lin + t_moe_lin + t_core
     ep_f = Ls_moe * ((1.0 - hide) * 2 * t_a2a + hide * xp.maximum(0.0, 2 * t_a2a - layer_f))
     ep_b = Ls_moe * ((1.0 - hide) * 2 * t_a2a + hide * xp.maximum(0.0, 2 * t_a2a - 2 * layer_f))

@@ -74,6 +74,19 @@ def step_end_exposed(link, t_pass, calls, window, last_share, overlap, xp=NUMPY)
     return xp.where(overlap, hidden, link)
 
 
+def paired_share(sched, p, v, m, xp=NUMPY):
+    """Share of the first rank's chunk passes that run paired, one micro-batch's forward beside
+    another's backward, under Megatron-Core's EP overlap (combined 1F1B,
+    ``--overlap-moe-expert-parallel-comm``): at pp 1 all but the first forward and last backward
+    (1 - 1/m); interleaved, all but the warm-up's min(2(p-1) + (v-1)p, m v) of the m v chunk
+    passes (schedules.py, rank 0's warm-up count); 0 for every other schedule, which Megatron-Core
+    refuses the overlap with."""
+    mv = m * xp.maximum(v, 1.0)
+    warm = xp.minimum(2.0 * (p - 1.0) + (v - 1.0) * p, mv)
+    return xp.where(p <= 1, 1.0 - 1.0 / m,
+                    xp.where(sched == S_INTERLEAVED, 1.0 - xp.maximum(1.0, warm) / mv, 0.0))
+
+
 def chain_hops(sched, p, v, b_pp, xp=NUMPY):
     """Boundaries one micro-batch crosses going forward through all p*v chunks, and how many
     of them cross a building boundary when the p ranks are cut into b_pp contiguous groups.
