@@ -13,7 +13,7 @@ from .cli_common import (EXIT_SERVICE_UNAVAILABLE, EXIT_USER_ERROR, MAX_BENCH_RO
 from .cli_explain import explain, importance, report, sensitivity, timeline
 from .cli_propose import propose
 from .cli_search import search
-from .cli_validate import kernels, validate
+from .cli_validate import kernels, memory, validate
 from .errors import ServiceUnavailable, StorageCorrupt, UserInputError
 
 
@@ -362,7 +362,7 @@ def bench(rows, as_json):
 for _command in (explain, timeline, sensitivity, report, importance):      # why a configuration wins: cli_explain.py
     cli.add_command(_command)
 cli.add_command(propose)                                                   # a learned agent's one-shot answer
-for _command in (search, validate, kernels, calibrate):                     # cli_search.py, cli_validate.py, cli_calibrate.py
+for _command in (search, validate, kernels, memory, calibrate):                     # cli_search.py, cli_validate.py, cli_calibrate.py
     cli.add_command(_command)
 
 

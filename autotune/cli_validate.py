@@ -5,7 +5,7 @@ import sys
 
 import click
 
-from .cli_common import MAX_JOBS, STRICT_INT, _emit, _params, params_option
+from .cli_common import MAX_JOBS, STRICT_INT, _check_file_target, _emit, _params, params_option
 from .errors import UserInputError
 
 
@@ -158,4 +158,60 @@ def kernels(data_path, fit, as_json):
             click.echo(f"not modelled: {kind}: {why}")
         for line in d["skipped"]:
             click.echo(f"skipped {line}")
+    _emit(data, as_json, human)
+
+
+@click.command()
+@click.option("--measure", is_flag=True, help="measure the grid again on this machine (local CPU processes, "
+              "a minute or two) instead of reading the shipped measurements")
+@click.option("--data", "data_path", default=None, help="measurements written by --write (default: the shipped "
+              "autotune/data/workload_memory.csv)")
+@click.option("--write", "write_path", default=None, help="with --measure: save the measurements to this CSV")
+@click.option("--json", "as_json", is_flag=True)
+def memory(measure, data_path, write_path, as_json):
+    """The memory model against the reference workload's measured peak memory, per DP flavour
+    and pipeline schedule (predicted vs the largest rank's peak of live tensors)."""
+    from . import memcheck
+    if write_path and not measure:
+        raise UserInputError("--write", write_path, "only with --measure (it saves new measurements)")
+    if write_path:
+        _check_file_target(write_path, "--write")
+    if measure and data_path:
+        raise UserInputError("--data", data_path, "not with --measure (which measures the grid itself)")
+    if measure:
+        rows = memcheck.grid()
+        bar = None
+        if not as_json and sys.stderr.isatty():
+            from tqdm import tqdm
+            bar = tqdm(total=len(rows), desc="measure", unit="run")
+        try:
+            rows = memcheck.measure(rows, progress=bar.update if bar else None)
+        except memcheck.MeasurementFailed as e:
+            raise click.ClickException(str(e)) from None
+        finally:
+            if bar:
+                bar.close()
+        if write_path:
+            memcheck.write(rows, write_path)
+    else:
+        rows = memcheck.load(data_path)
+    data = memcheck.compare(rows)
+
+    def line(name, st):
+        click.echo(f"  {name:<34} {st['n']:>3} {st['median_abs_err_pct']:>8.1f}% {st['p90_abs_err_pct']:>7.1f}% "
+                   f"{st['max_abs_err_pct']:>7.1f}%")
+
+    def human(d):
+        click.echo(f"{memcheck.MODEL} on {memcheck.CLUSTER} ranks (torch {d['rows'][0]['torch']}, "
+                   f"{d['rows'][0]['machine']}); err = predicted / measured peak - 1")
+        click.echo(f"  {'configuration':<40} {'measured':>9} {'predicted':>9} {'err':>7}")
+        for r in d["rows"]:
+            click.echo(f"  {r['case']:<40} {r['measured_peak_bytes'] / 1e6:>7.1f}MB {r['predicted_bytes'] / 1e6:>7.1f}MB "
+                       f"{r['err_pct']:>+6.1f}%")
+        click.echo(f"  {'|err| by DP flavour (pp 1, GPipe, 1F1B)':<34}   n   median     p90     max")
+        for fl, st in d["by_flavour"].items():
+            line(fl, st)
+        line("all of them", d["paper_schedules"])
+        for sc, st in d["other_schedules"].items():
+            line(f"{sc} (torch's schedule)", st)
     _emit(data, as_json, human)

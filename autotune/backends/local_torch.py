@@ -38,10 +38,11 @@ default 5 steps)."""
 
 class LocalTorchBackend:
     name = "local-torch"
-    workload_semantics = {"precision": "fp32", "fsdp_regather": "forward"}
-    """What the reference workload does, as scenario workload fields: it trains in fp32, and FSDP2
-    under torch.distributed.pipelining gathers before every forward and once for the backward
-    (``autotune calibrate`` fits the cost model with these set)."""
+    workload_semantics = {"precision": "fp32", "fsdp_regather": "forward", "activation_memory": "eager"}
+    """What the reference workload does, as scenario workload fields: it trains in fp32, FSDP2
+    under torch.distributed.pipelining gathers before every forward and once for the backward, and
+    eager autograd keeps its activations (``autotune calibrate`` fits the cost model with these
+    set; ``autotune memory`` checks the memory model against its measured peaks)."""
 
     def __init__(self, warmup: int | str = 2, steps: int | str = 5, timeout_s: float | str = 300.0,
                  threads_per_rank: int | str = 1, emulate: str | bool = False, xb_rate_mbit: float | str | None = None,

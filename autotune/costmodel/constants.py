@@ -28,6 +28,22 @@ ACT_ATTN_BYTES_PER_TOKEN_HIDDEN = 15.0   # attention block 11 sbh + two layer no
 ACT_MLP_BYTES_PER_TOKEN_HIDDEN = 19.0    # MLP block with a 4h GELU FFN
 ACT_SCORES_BYTES_PER_TOKEN_HEAD_SEQ = 5.0  # softmax scores + dropout mask, the 5 a s^2 b term
 ACT_FULL_RECOMPUTE_BYTES_PER_TOKEN_HIDDEN = 2.0  # only the bf16 layer input is kept
+
+# ---- activations of PyTorch eager autograd (WorkloadSpec.activation_memory = "eager") ----
+# Derived from what autograd saves, counted with torch.autograd.graph.saved_tensors_hooks on the
+# reference workload's Llama block (tests/test_workload_memory.py holds the count): per token
+# and layer, elements of the activation dtype.
+ACT_EAGER_NORM_ELEMS_PER_TOKEN_HIDDEN = 3.0   # RMSNorm: its input, input x rsqrt, its output
+ACT_EAGER_GATED_MLP_ELEMS_PER_TOKEN_FFN = 4.0  # SwiGLU: gate and up (2f), silu(gate), their product
+ACT_EAGER_PLAIN_MLP_ELEMS_PER_TOKEN_FFN = 2.0  # GELU MLP: its input and its output
+# (attention: queries, keys, values and the attention output, qv_width + kv_width)
+EAGER_LOGITS_KEPT_BYTES = 4.0
+"""Bytes per logit (token x vocab / tp) kept for each micro-batch in flight on the rank that holds
+the head: torch's cross-entropy keeps its fp32 log-softmax output; torch.distributed.pipelining
+also keeps the stage output (the logits, 4 B more) for the stage's backward."""
+EAGER_LOGITS_TRANSIENT_BYTES = 8.0
+"""Bytes per logit live once, when the loss's backward starts: the gradients of the log-softmax
+output and of the logits (fp32)."""
 FRAMEWORK_RESERVED_BYTES = 3.0e9
 """CUDA context, NCCL buffers and allocator fragmentation: an engineering allowance (assumed)."""
 

@@ -16,7 +16,7 @@ from . import nccl as N
 from .collectives import all_to_all_time, dedup_share, p2p_time, tp_collective_time, tp_exposed
 from .params import CostParams, default_params
 from .pipeline import (S_1F1B, S_DUALPIPEV, S_GPIPE, S_INTERLEAVED, S_ZBV, bubble_time, chain_hops,
-                       in_flight_microbatches, paired_share, step_end_exposed, sync_windows)
+                       in_flight_microbatches, pipe_memory, paired_share, step_end_exposed, sync_windows)
 from .terms import (F_DDP, F_FSDP, F_HSDP, F_ZERO1, P_CP_OUT, P_DP_OUT, P_EP_OUT, P_HYBRID,  # noqa: F401
                     P_PP_OUT, ComputeTerms, Transport, compute_terms, dp_comm_groups, expert_tp, layout,
                     memory_per_gpu, sum_groups)
@@ -210,7 +210,7 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
         gather_f_mb, gather_b_mb, shard_step, fsdp_colls = shard_coll, 2 * shard_coll, 0.0, 3 * m
         pass_colls = fsdp_colls
     elif rg == FSDP_FORWARD:
-        P_root = k.vocab * k.h / tp * xp.where(pp > 1, 1.0, 2.0)
+        P_root = k.vocab * k.h / tp * xp.where(lay.head_on_first, 2.0, 1.0)
         layer_share = (P_dense + P_exp - P_root) / (P_dense + P_exp)   # bytes share; latency terms approximated
         gather_f_mb, gather_b_mb = layer_share * shard_coll, 0.0
         shard_step, fsdp_colls = shard_coll, m * layer_share + 2
@@ -303,8 +303,8 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
 
     # ---- memory per GPU (bottleneck rank; terms.memory_per_gpu) ----
     infl_mem = in_flight_microbatches(sc, pp, v, m_busiest, xp) if types else infl   # the busiest replica's
-    memory = memory_per_gpu(k, fl, rc, rg, owned, P_dense, P_exp, tp, ep, et, tok, Ls, Ls_dense, Ls_moe, infl_mem,
-                            hs_memory, xp)
+    memory = memory_per_gpu(k, fl, rc, rg, owned, P_dense, P_exp, tp, ep, et, tok, Ls, Ls_dense, Ls_moe,
+                            pipe_memory(sc, pp, v, m_busiest, infl_mem, xp), hs_memory, xp)
     deficit = xp.maximum(0.0, memory - k.hbm_bytes)
 
     # ---- FLOPs, MFU (model FLOPs, non-causal attention: PaLM / Megatron convention) ----

@@ -5,6 +5,8 @@ t_b backward for inputs, t_w backward for weights (t_b + t_w = the usual backwar
 """
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from ..specs.codes import PPSchedule
 from .xp import NUMPY
 
@@ -42,6 +44,30 @@ def in_flight_microbatches(sched, p, v, m, xp=NUMPY):
         default=p,
     )
     return xp.minimum(infl, m)
+
+
+class PipeMemory(NamedTuple):
+    """What the pipeline schedule puts in one GPU's memory (``pipe_memory``)."""
+    infl: object            # micro-batches whose activations the first rank holds at peak
+    infl_head: object       # ... the rank that holds the head (the last, or the first in V schedules)
+    head_on_first: object   # the head is on the first rank (pp 1, V schedules)
+    recv_buffers: object    # micro-batch activation-sized receive buffers a rank keeps (eager)
+    pp: object
+
+
+def pipe_memory(sched, p, v, m, infl, xp=NUMPY) -> PipeMemory:
+    """The last rank runs one micro-batch's forward and then its backward (1F1B, ZB); GPipe holds
+    all m; interleaved ((v-1)p + 1)/v (Megatron-Core's warm-up on the last rank, (v-1)p chunk
+    passes, plus the one in flight, in whole micro-batches); V schedules put the head on the first
+    rank; at pp 1 it is the only rank. torch.distributed.pipelining allocates, per local stage,
+    one receive buffer per micro-batch for its input (not the first stage) and one for its output
+    gradient (not the last), and keeps them: (2v - 1) m on a rank, 2 m for the V pair."""
+    is_v = (sched == S_ZBV) | (sched == S_DUALPIPEV)
+    on_first = (p == 1) | is_v
+    n = xp.select([sched == S_GPIPE, sched == S_INTERLEAVED], [m, ((v - 1.0) * p + 1.0) / v], default=1.0)
+    chunks = xp.where(is_v, 2.0, v)
+    recv = xp.where(p > 1, m * (2.0 * chunks - 1.0 - is_v), 0.0)
+    return PipeMemory(infl, xp.minimum(n, m), on_first, recv, p)
 
 
 def sync_windows(sched, p, v, m, xp=NUMPY):

@@ -11,12 +11,13 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..specs.codes import DPFlavour, Placement, Recompute
+from ..specs.codes import DPFlavour, Placement, PPSchedule, Recompute
 
 from . import constants as C
 from .collectives import KIND_AG, KIND_AR, collective
 from .network import effective_bandwidth_Bps, recovery_stall
 from .params import CostParams
+from .pipeline import PipeMemory
 from .scenario_consts import FSDP_EVERY_PASS, FSDP_NEVER, ScenarioConsts, ring_tier_of_span
 
 P_DP_OUT, P_PP_OUT, P_HYBRID, P_EP_OUT, P_CP_OUT = Placement   # codes: specs/codes.py
@@ -150,12 +151,12 @@ def expert_tp(batch, xp):
     return xp.where(etp > 0, etp, tp)
 
 
-def stage_params(k: ScenarioConsts, tp, ep, et, pp, Ls_dense, Ls_moe, xp):
+def stage_params(k: ScenarioConsts, tp, ep, et, pp, head_on_first, Ls_dense, Ls_moe, xp):
     """(dense, expert) parameters one GPU holds before any data-parallel sharding: its layers'
     share over TP (experts over the experts' TP x EP), plus the embedding and head (both on one
-    rank at pp 1)."""
+    rank at pp 1 and in V schedules, whose first rank also runs the last stage)."""
     P_dense = (Ls_dense * (k.attn_params + k.dense_mlp_params) + Ls_moe * k.moe_other_params) / tp \
-        + k.vocab * k.h / tp * xp.where(pp > 1, 1.0, 2.0)
+        + k.vocab * k.h / tp * xp.where(head_on_first, 2.0, 1.0)
     P_exp = Ls_moe * k.experts * k.expert_params / (et * ep)
     return P_dense, P_exp
 
@@ -177,6 +178,7 @@ class Layout(NamedTuple):
     Ls: object; Ls_dense: object; Ls_moe: object      # layers on the busiest rank
     P_dense: object; P_exp: object                   # parameters per GPU before DP sharding
     b_pp: object; b_dp: object; x_exp: object; x_ep: object; x_cp: object   # building_spans
+    head_on_first: object                            # embedding and head on one rank (pp 1, V schedules)
 
 
 def layout(k: ScenarioConsts, batch, xp) -> Layout:
@@ -184,8 +186,11 @@ def layout(k: ScenarioConsts, batch, xp) -> Layout:
     f = xp.asfloat
     tp, ep, pp, v = (f(batch[x]) for x in ("tp", "ep", "pp", "pp_chunks"))
     Ls, Ls_dense, Ls_moe = layers_on_rank(k, pp, v, xp)
-    return Layout(Ls, Ls_dense, Ls_moe, *stage_params(k, tp, ep, expert_tp(batch, xp), pp, Ls_dense, Ls_moe, xp),
-                  *building_spans(k, batch["placement"], xp))
+    sched = batch["pp_schedule"]
+    head_on_first = (pp == 1) | (sched == PPSchedule.ZBV) | (sched == PPSchedule.DUALPIPEV)
+    return Layout(Ls, Ls_dense, Ls_moe, *stage_params(k, tp, ep, expert_tp(batch, xp), pp, head_on_first, Ls_dense,
+                                                      Ls_moe, xp),
+                  *building_spans(k, batch["placement"], xp), head_on_first)
 
 
 class DPComm(NamedTuple):
@@ -272,17 +277,28 @@ def sum_groups(parts: tuple) -> DPComm:
     return out
 
 
-def memory_per_gpu(k: ScenarioConsts, fl, rc, rg, owned, P_dense, P_exp, tp, ep, et, tok, Ls, Ls_dense, Ls_moe, infl,
-                   hetero_memory, xp):
+def memory_per_gpu(k: ScenarioConsts, fl, rc, rg, owned, P_dense, P_exp, tp, ep, et, tok, Ls, Ls_dense, Ls_moe,
+                   pm: PipeMemory, hetero_memory, xp):
     """Bytes one GPU holds at its peak (the bottleneck rank):
     - states: mixed-precision Adam, 2 + 4 + 12 bytes per parameter (ZeRO paper), the optimizer's
       ``owned`` share sharded per DP flavour; FSDP that does not reshard within the step holds
       unsharded gradients (regather forward, never) and weights (never) between micro-batches;
     - FSDP's gather buffer: two layers' unsharded weights (prefetch);
-    - activations per micro-batch in flight (``infl``): Korthikanti et al. 2022's per-layer bytes
-      by recomputation (16-bit; fp32 doubles them), attention scores where the attention is unfused,
-      one layer's full activations under full recomputation, the logits;
+    - activations per micro-batch in flight: Korthikanti et al. 2022's per-layer bytes by
+      recomputation (16-bit; fp32 doubles them), attention scores where the attention is unfused,
+      one layer's full activations under full recomputation; under eager autograd
+      (``activation_memory``) the tensors PyTorch saves (``act_per_microbatch``);
+    - the logits (``logits_bytes``) on the rank that holds the head;
+    - eager (torch.distributed.pipelining): the stages' receive buffers, one micro-batch's
+      activations (tok x h) each (``pipeline.pipe_memory``);
     - the framework's fixed reserve (CUDA context, NCCL buffers; ``constants``).
+    The first rank holds ``pm.infl`` micro-batches, the rank with the head ``pm.infl_head`` and their
+    logits (the same rank at pp 1 and in V schedules: ``head_on_first``); the peak is the larger
+    (both hold the same parameters: the embedding and the head are the same size). That is measured
+    for eager (``autotune memory``). The fused accounting keeps adding one micro-batch's logits to the
+    first rank under a pipeline: an in-sample choice, the playbook's measured nanotron peaks (60
+    rows) are 9.3% off that way and 16.1% with the larger of the two ranks, as their pipeline ranks
+    hold more than this accounting explains (most pp > 1 rows are under-predicted either way).
     ``hetero_memory`` scales the layer-held part where faster buildings hold more layers
     (``hetero_shares``)."""
     per_param_full = k.weight_bytes + k.grad_bytes + k.optimizer_bytes
@@ -294,17 +310,50 @@ def memory_per_gpu(k: ScenarioConsts, fl, rc, rg, owned, P_dense, P_exp, tp, ep,
     layer_params = (k.attn_params + xp.maximum(k.dense_mlp_params, k.moe_other_params - k.attn_params
                                                + k.experts * k.expert_params * tp / (ep * et))) / tp
     gather_buf = xp.where(sharded_all, 2 * k.weight_bytes * layer_params, 0.0)
-    swiglu = 1.5 if k.mlp_mats == 3 else 1.0
-    mlp_dense_k = k.ffn * swiglu / (4 * k.h)
-    mlp_moe_k = (k.top_k * C.EXPERT_IMBALANCE_FACTOR + k.shared) * k.ffn_e * swiglu / (4 * k.h)
+    act_mb, act_layer_full = act_per_microbatch(k, rc, tok, tp, Ls, Ls_dense, Ls_moe, xp)
+    full_extra = xp.where(rc == Recompute.FULL, act_layer_full, 0.0)
+    recv = pm.recv_buffers * k.wire_bytes * tok * k.h / tp if k.eager_acts else 0.0
+    first = pm.infl * act_mb + full_extra + recv
+    head = pm.infl_head * act_mb + full_extra + recv + logits_bytes(k, tok, tp, pm.pp, pm.infl_head)
+    if k.eager_acts:
+        acts = xp.where(pm.head_on_first, first + logits_bytes(k, tok, tp, pm.pp, 1.0), xp.maximum(first, head))
+    else:       # fused: one micro-batch's logits on top of the first rank's activations (see the docstring)
+        acts = first + logits_bytes(k, tok, tp, pm.pp, 1.0)
+    return hetero_memory * (states + acts) + gather_buf + C.FRAMEWORK_RESERVED_BYTES
+
+
+def act_per_microbatch(k: ScenarioConsts, rc, tok, tp, Ls, Ls_dense, Ls_moe, xp):
+    """(bytes one micro-batch's layers keep for the backward, one layer's full activations).
+    fused: Korthikanti et al. 2022 (attention 15 sbh, MLP 19 sbh scaled to the FFN's width and
+    gating, 5 a s^2 b of scores where unfused); eager: the elements PyTorch autograd saves per token
+    (``constants``: two RMSNorms 3h each, queries, keys, values and the attention output, the
+    MLP's 4 (gated) or 2 elements per FFN width), in the activation dtype."""
     act_scale = k.wire_bytes / C.ACTIVATION_BYTES     # Korthikanti's bytes are 16-bit; fp32 doubles them
-    act_lin = act_scale * tok * k.h / tp * (C.ACT_ATTN_BYTES_PER_TOKEN_HIDDEN * Ls
-                                + C.ACT_MLP_BYTES_PER_TOKEN_HIDDEN * (Ls_dense * mlp_dense_k + Ls_moe * mlp_moe_k))
+    if k.eager_acts:
+        mats = C.ACT_EAGER_GATED_MLP_ELEMS_PER_TOKEN_FFN if k.mlp_mats == 3 else C.ACT_EAGER_PLAIN_MLP_ELEMS_PER_TOKEN_FFN
+        moe_ffn = (k.top_k * C.EXPERT_IMBALANCE_FACTOR + k.shared) * k.ffn_e
+        per_layer = 2 * C.ACT_EAGER_NORM_ELEMS_PER_TOKEN_HIDDEN * k.h + k.qv_width + k.kv_width
+        act_lin = k.wire_bytes * tok / tp * (per_layer * Ls + mats * (k.ffn * Ls_dense + moe_ffn * Ls_moe))
+    else:
+        swiglu = 1.5 if k.mlp_mats == 3 else 1.0
+        mlp_dense_k = k.ffn * swiglu / (4 * k.h)
+        mlp_moe_k = (k.top_k * C.EXPERT_IMBALANCE_FACTOR + k.shared) * k.ffn_e * swiglu / (4 * k.h)
+        act_lin = act_scale * tok * k.h / tp * (C.ACT_ATTN_BYTES_PER_TOKEN_HIDDEN * Ls
+                                    + C.ACT_MLP_BYTES_PER_TOKEN_HIDDEN * (Ls_dense * mlp_dense_k + Ls_moe * mlp_moe_k))
     act_scores = 0.0 if k.flash else act_scale * Ls * C.ACT_SCORES_BYTES_PER_TOKEN_HEAD_SEQ * k.heads * tok * k.seq / tp
-    act_layer_full = (act_lin + act_scores) / Ls
     act_mb = xp.select([rc == Recompute.NONE, rc == Recompute.SELECTIVE],
                        [act_lin + act_scores, act_lin],
                        act_scale * C.ACT_FULL_RECOMPUTE_BYTES_PER_TOKEN_HIDDEN * tok * k.h / tp * Ls)
-    acts = infl * act_mb + xp.where(rc == Recompute.FULL, act_layer_full, 0.0) \
-        + tok * k.vocab * C.LOGITS_BYTES / tp
-    return hetero_memory * (states + acts) + gather_buf + C.FRAMEWORK_RESERVED_BYTES
+    return act_mb, (act_lin + act_scores) / Ls
+
+
+def logits_bytes(k: ScenarioConsts, tok, tp, pp, n_in_flight):
+    """Logit memory on the rank that holds the head with ``n_in_flight`` micro-batches there:
+    fused, LOGITS_BYTES per logit and micro-batch; eager, EAGER_LOGITS_KEPT_BYTES each (twice under
+    a pipeline, which keeps the stage output) plus EAGER_LOGITS_TRANSIENT_BYTES once."""
+    per_mb = tok * k.vocab / tp
+    if k.eager_acts:
+        kept = C.EAGER_LOGITS_KEPT_BYTES * (1.0 + (pp > 1))
+        return per_mb * (kept * n_in_flight + C.EAGER_LOGITS_TRANSIENT_BYTES)
+    return per_mb * C.LOGITS_BYTES * n_in_flight
+

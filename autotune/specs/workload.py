@@ -39,3 +39,8 @@ class WorkloadSpec(BaseModel):
                                  "otherwise one copy per selected expert crosses (NCCL all-to-all)")
     flash_attention: bool = Field(default=True, description="fused attention (FlashAttention): causal "
                                   "blocks skipped, no s^2 scores stored or streamed through HBM")
+    activation_memory: Literal["fused", "eager"] = Field(
+        default="fused", description="which tensors the backward keeps: fused = Megatron-Core / "
+        "TransformerEngine kernels (Korthikanti et al. 2022's per-layer bytes); eager = PyTorch eager "
+        "autograd (unfused RMSNorm, SwiGLU's gate and product, torch's cross-entropy and pipelining), as "
+        "the reference workload and torchtitan without torch.compile run")

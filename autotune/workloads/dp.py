@@ -97,9 +97,22 @@ def _ring_comms():
     return RingAllGather(), RingReduceScatter()
 
 
+def _grad_buffer(params, pad: int) -> torch.Tensor:
+    """One flat, zeroed gradient buffer whose views become the parameters' ``.grad``: autograd then
+    accumulates every micro-batch into it in place (Megatron's grad buffer; PyTorch DDP's
+    gradient_as_bucket_view), so no gradient is ever copied to be reduced."""
+    flat = torch.zeros(sum(p.numel() for p in params) + pad)
+    for p, g in zip(params, _views(flat, params)):
+        p.grad = g
+    return flat
+
+
 class ShardedAdamW:
-    """ZeRO-1 as Megatron's distributed optimizer does it: gradients reduce-scattered once per
-    step, AdamW on this rank's shard of the flat parameters, updated parameters all-gathered."""
+    """ZeRO-1 as Megatron's distributed optimizer does it: the parameters and the gradients live
+    in one flat buffer each; the gradient buffer is reduce-scattered once per step, AdamW updates
+    this rank's shard of the flat parameters in place (in fp32 the shard is the parameters
+    themselves: no master copy, as Megatron's fp32 parameters are their own main parameters), and
+    the updated shards are all-gathered back into the parameter buffer."""
 
     def __init__(self, params, group, lr: float):
         self.params, self.group = list(params), group
@@ -107,42 +120,45 @@ class ShardedAdamW:
         numel = sum(p.numel() for p in self.params)
         self.pad = (-numel) % self.n
         self.shard = (numel + self.pad) // self.n
-        flat = _flat([p.detach() for p in self.params], self.pad)
-        self.master = flat[r * self.shard:(r + 1) * self.shard].clone().requires_grad_(True)
+        self.flat_p = _flat([p.detach() for p in self.params], self.pad)
+        with torch.no_grad():
+            for p, v in zip(self.params, _views(self.flat_p, self.params)):
+                p.data = v
+        self.flat_g = _grad_buffer(self.params, self.pad)
+        self.master = torch.nn.Parameter(self.flat_p[r * self.shard:(r + 1) * self.shard])   # a view
         self.opt = torch.optim.AdamW([self.master], lr=lr)
 
     def zero_grad(self, set_to_none: bool = True):
-        for p in self.params:
-            p.grad = None
+        self.flat_g.zero_()             # the gradients stay views of the buffer
 
     @torch.no_grad()
     def step(self):
         g = torch.empty(self.shard)
-        ring_reduce_scatter(g, _flat(_grads(self.params), self.pad), self.group)
+        ring_reduce_scatter(g, self.flat_g, self.group)
         self.master.grad = g.div_(self.n)
         self.opt.step()
-        full = torch.empty(self.shard * self.n)
-        ring_all_gather(full, self.master.detach(), self.group)
-        for p, v in zip(self.params, _views(full, self.params)):
-            p.copy_(v)
+        self.master.grad = None
+        ring_all_gather(self.flat_p, self.master.detach(), self.group)
 
 
 class AllReducedAdamW(torch.optim.AdamW):
-    """DDP's gradient all-reduce done once after the step's backward passes (overlap_dp=0). Used
-    for DDP under every pipeline schedule: DDP's reducer under torch.distributed.pipelining
-    synchronised a third to a half of the gradient bytes (interleaved, zero-bubble; measured on
-    the uplink counters) or failed an internal assert (two micro-batches), torch 2.13."""
+    """DDP's gradient all-reduce done once after the step's backward passes (overlap_dp=0), in place
+    on the flat gradient buffer. Used for DDP under every pipeline schedule: DDP's reducer under
+    torch.distributed.pipelining synchronised a third to a half of the gradient bytes (interleaved,
+    zero-bubble; measured on the uplink counters) or failed an internal assert (two micro-batches),
+    torch 2.13."""
 
     def __init__(self, params, group, lr: float):
         params = list(params)
         super().__init__(params, lr=lr)
-        self._params, self._group = params, group
+        self._group = group
+        self._flat_g = _grad_buffer(params, 0)
+
+    def zero_grad(self, set_to_none: bool = True):
+        self._flat_g.zero_()
 
     @torch.no_grad()
     def step(self, closure=None):
-        flat = _flat(_grads(self._params), 0)
-        dist.all_reduce(flat, group=self._group)
-        flat.div_(dist.get_world_size(self._group))
-        for p, g in zip(self._params, _views(flat, self._params)):
-            p.grad = g
+        dist.all_reduce(self._flat_g, group=self._group)
+        self._flat_g.div_(dist.get_world_size(self._group))
         return super().step(closure)

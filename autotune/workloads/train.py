@@ -14,6 +14,7 @@ buildings split the pipeline stages.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -106,6 +107,8 @@ def main(job: dict) -> None:
     torch.manual_seed(1234)
     torch.set_num_threads(max(1, int(job.get("threads_per_rank", 1))))
     dist.init_process_group("gloo", timeout=__import__("datetime").timedelta(seconds=job.get("pg_timeout_s", 120)))
+    from .memprobe import PeakMemory
+    probe = PeakMemory() if job.get("measure_memory") else None     # before any tensor of the rank exists
     pp, dp = job["pp"], job["dp"]
     from torch.distributed.device_mesh import init_device_mesh
     if job["placement"] == "pp_out":
@@ -144,7 +147,7 @@ def main(job: dict) -> None:
         params = [q for m in modules for q in m.parameters()]
     elif use_ddp:
         from torch.nn.parallel import DistributedDataParallel as DDP
-        modules = [DDP(m, process_group=mesh["dp"].get_group()) for m in modules]
+        modules = [DDP(m, process_group=mesh["dp"].get_group(), gradient_as_bucket_view=True) for m in modules]
         params = [q for m in modules for q in m.parameters()]
     if flavour == "zero1":
         opt = ShardedAdamW(params, mesh["dp"].get_group(), lr=1e-4)
@@ -172,9 +175,13 @@ def main(job: dict) -> None:
     first, last = 0 in stages_here, (n_stages - 1) in stages_here
 
     def step():
-        opt.zero_grad(set_to_none=True)
+        # DDP's gradients stay views of its buckets (gradient_as_bucket_view): set to None, the
+        # no_sync micro-batches would accumulate fresh gradients, copied into the buckets at the last
+        opt.zero_grad(set_to_none=not use_ddp)
         if schedule is not None:
-            kw = {"target": target} if last else {}
+            # the last stage's outputs (the logits of every micro-batch) are not kept to be returned:
+            # torchtitan steps its schedule the same way
+            kw = {"target": target, "return_outputs": False} if last else {"return_outputs": False}
             if first:
                 schedule.step(tokens, **kw)
             else:
@@ -191,10 +198,10 @@ def main(job: dict) -> None:
                 if hasattr(m0, "set_requires_gradient_sync"):
                     m0.set_requires_gradient_sync(last_mb)
                     m0.set_reshard_after_backward(last_mb)
-                ctx = m0.no_sync() if hasattr(m0, "no_sync") and not last_mb else __import__("contextlib").nullcontext()
+                ctx = m0.no_sync() if hasattr(m0, "no_sync") and not last_mb else contextlib.nullcontext()
                 with ctx:
-                    out = m0(tokens[sl])
-                    (loss_fn(out, target[sl]) / n_mb).backward()
+                    loss = loss_fn(m0(tokens[sl]), target[sl]) / n_mb     # the logits are freed before
+                    loss.backward()                                         # the backward, as in torchtitan
         t_opt = time.perf_counter()
         opt.step()
         return time.perf_counter() - t_opt
@@ -218,11 +225,18 @@ def main(job: dict) -> None:
         dist.all_reduce(agreed, op=dist.ReduceOp.MAX)
         n_steps = int(agreed)
     times, opt_times, xb_bytes = [], [], []
-    for _ in range(n_steps):
-        t, t_opt, xb_step = timed_step()
-        times.append(t)
-        opt_times.append(t_opt)
-        xb_bytes.append(xb_step)
+    with probe.window() if probe else contextlib.nullcontext():
+        for _ in range(n_steps):
+            t, t_opt, xb_step = timed_step()
+            times.append(t)
+            opt_times.append(t_opt)
+            xb_bytes.append(xb_step)
+    peaks = None
+    if probe:                       # every rank's peak, in rank order
+        mine = probe.stop()
+        peaks = torch.zeros(2 * world, dtype=torch.float64)
+        peaks[2 * rank], peaks[2 * rank + 1] = mine["peak_bytes"], mine["between_steps_bytes"]
+        dist.all_reduce(peaks, op=dist.ReduceOp.SUM)
     # every rank's median: the step is as slow as the slowest rank; bytes: summed over buildings
     t_max = torch.tensor([statistics.median(times)], dtype=torch.float64)
     xb = torch.tensor([float(statistics.median(xb_bytes))], dtype=torch.float64)
@@ -231,6 +245,9 @@ def main(job: dict) -> None:
     if rank == 0:
         out = {"iteration_time_s": float(t_max), "step_times_s": times,
                "breakdown": {"optimizer_s": statistics.median(opt_times)}, "world": world, "microbatches": n_mb}
+        if peaks is not None:
+            out["peak_memory_bytes_by_rank"] = peaks[0::2].tolist()
+            out["between_steps_memory_bytes_by_rank"] = peaks[1::2].tolist()
         if os.environ.get("GLOO_SOCKET_IFNAME"):
             out["xb_bytes_per_step"] = float(xb)
         print(json.dumps(out), flush=True)
