@@ -198,6 +198,8 @@ def memory(measure, data_path, write_path, as_json):
     data = memcheck.compare(rows)
 
     def line(name, st):
+        if st is None:              # no row of that kind in the file
+            return
         click.echo(f"  {name:<34} {st['n']:>3} {st['median_abs_err_pct']:>8.1f}% {st['p90_abs_err_pct']:>7.1f}% "
                    f"{st['max_abs_err_pct']:>7.1f}%")
 

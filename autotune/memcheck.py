@@ -118,24 +118,46 @@ _INT = ("dp", "pp", "pp_chunks", "micro_batch", "seq_len", "global_batch")
 
 
 def load(path: str | None = None) -> list[dict]:
-    """The measured rows of a CSV written by ``write`` (default: the shipped file)."""
+    """The measured rows of a CSV written by ``write`` (default: the shipped file); a missing,
+    unreadable or malformed file, or a row the workload could not have run, is a UserInputError
+    naming the line."""
     try:
         text = Path(path).read_text() if path else \
             resources.files("autotune.data").joinpath("workload_memory.csv").read_text()
-    except OSError as e:
-        raise UserInputError("--data", path, f"a readable CSV written by autotune memory --write ({e.strerror})") \
-            from None
-    rows = []
-    for i, r in enumerate(csv.DictReader(text.splitlines()), start=2):
-        try:
-            rows.append({**r, **{k: int(r[k]) for k in _INT},
-                         **{k: float(r[k]) for k in ("measured_peak_bytes", "measured_between_steps_bytes")}})
-        except (KeyError, TypeError, ValueError):
-            raise UserInputError("--data", path, f"the columns {', '.join(FIELDS)} with numbers (line {i} is not)") \
-                from None
+    except (OSError, UnicodeDecodeError) as e:
+        why = e.strerror if isinstance(e, OSError) else "not UTF-8 text"
+        raise UserInputError("--data", path, f"a readable CSV written by autotune memory --write ({why})") from None
+    rows = [_row(r, i, path) for i, r in enumerate(csv.DictReader(text.splitlines()), start=2)]
     if not rows:
         raise UserInputError("--data", path, "a CSV with at least one measured row")
     return rows
+
+
+def _row(r: dict, line: int, path) -> dict:
+    """One CSV record as a checked row."""
+    import math
+
+    from .backends.local_torch import job_for
+    from .workloads.launch import check_job
+
+    def bad(what):
+        return UserInputError("--data", path, f"{what} (line {line})")
+    missing = [k for k in FIELDS if not (r.get(k) or "").strip()]
+    if missing:
+        raise bad(f"the columns {', '.join(FIELDS)}, each with a value; {', '.join(missing)} missing")
+    try:
+        row = {**r, **{k: int(r[k]) for k in _INT},
+               **{k: float(r[k]) for k in ("measured_peak_bytes", "measured_between_steps_bytes")}}
+    except ValueError:
+        raise bad(f"whole numbers in {', '.join(_INT)} and numbers of bytes in the measured columns") from None
+    if not all(math.isfinite(row[k]) and row[k] > 0 for k in ("measured_peak_bytes", "measured_between_steps_bytes")):
+        raise bad("measured bytes that are finite and above 0")
+    try:
+        check_job(job_for(_scenario(row), _config(row)))
+    except (UserInputError, ValueError) as e:       # pydantic's ValidationError is a ValueError
+        what = str(e).splitlines()[0] if not isinstance(e, UserInputError) else f"{e.field}={e.value}: {e.allowed}"
+        raise bad(f"a configuration the reference workload runs ({what})") from None
+    return row
 
 
 def write(rows: list[dict], path: str) -> None:

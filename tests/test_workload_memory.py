@@ -89,11 +89,38 @@ def test_bad_input_is_one_line(args, field, tmp_path):
     assert field in r.stderr and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
 
 
-def test_malformed_measurements_are_one_line(tmp_path):
+GOOD = {"dp": "2", "pp": "1", "dp_flavour": "zero1", "pp_schedule": "1f1b", "pp_chunks": "1", "micro_batch": "2",
+        "seq_len": "128", "global_batch": "32", "placement": "dp_out", "measured_peak_bytes": "5.4e7",
+        "measured_between_steps_bytes": "2.5e7", "torch": "2.13.0", "machine": "x86_64 Linux"}
+
+
+@pytest.mark.parametrize("change", [{"dp": "x"}, {"dp_flavour": ""}, {"dp_flavour": "zero9"}, {"pp_chunks": "0"},
+                                    {"measured_peak_bytes": "0"}, {"measured_peak_bytes": "nan"},
+                                    {"global_batch": "31"}, {"placement": "sideways"}],
+                         ids=lambda c: ",".join(f"{k}={v}" for k, v in c.items()))
+def test_malformed_measurements_are_one_line(change, tmp_path):
     bad = tmp_path / "m.csv"
-    bad.write_text("dp,pp\nx,1\n")
+    row = {**GOOD, **change}
+    bad.write_text(",".join(row) + "\n" + ",".join(row.values()) + "\n")
     r = subprocess.run([*CLI, "memory", "--data", str(bad)], capture_output=True, text=True, timeout=60)
-    assert r.returncode == 2 and "line 2" in r.stderr and "Traceback" not in r.stderr
+    assert r.returncode == 2, r.stderr
+    assert "line 2" in r.stderr and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_measurements_file_without_a_paper_schedule_row_still_reports(tmp_path):
+    """A file of multi-chunk schedules only: no flavour summary, no crash."""
+    ok = tmp_path / "m.csv"
+    row = {**GOOD, "dp": "1", "pp": "4", "dp_flavour": "ddp", "pp_schedule": "zbv", "placement": "pp_out"}
+    ok.write_text(",".join(row) + "\n" + ",".join(row.values()) + "\n")
+    r = subprocess.run([*CLI, "memory", "--data", str(ok)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and "zbv" in r.stdout, r.stderr
+
+
+def test_non_utf8_measurements_are_one_line(tmp_path):
+    bad = tmp_path / "m.csv"
+    bad.write_bytes(b"dp,pp\n\xff\xfe,1\n")
+    r = subprocess.run([*CLI, "memory", "--data", str(bad)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "UTF-8" in r.stderr and "Traceback" not in r.stderr
 
 
 @settings(max_examples=25, deadline=None)

@@ -59,4 +59,5 @@ def peak_in_window(events: list[dict]) -> dict:
     if not inside:
         raise ValueError("the profiler recorded no allocation in the measured steps")
     before = [b for ts, b in mem if ts < t0]
-    return {"peak_bytes": float(max(inside)), "between_steps_bytes": float(before[-1] if before else 0.0)}
+    # the level at the window's start counts too (its first event may be a free)
+    return {"peak_bytes": float(max(inside + before[-1:])), "between_steps_bytes": float(before[-1] if before else 0.0)}
