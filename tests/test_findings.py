@@ -55,13 +55,15 @@ def test_a_small_dense_model_prefers_dp_out_when_its_pipeline_hides_the_gradient
 
 @pytest.mark.slow
 @pytest.mark.parametrize("model", ["llama3-70b"])
-def test_a_large_dense_models_tie(model):
-    """70B on 8,192 GPUs: the placements tie at 1:1 and at 2.8:1 (DP-out 0.13% and 0.02% ahead when
-    last measured; DP-out tp 4, cp 2, pp 4 interleaved against PP-out tp 4, cp 2, pp 8 ZBV). Before
-    the interleaved schedule's per-chunk gradient sync was modelled, PP-out led by 6.8% at 2.8:1."""
+def test_a_large_dense_models_lean_dp_out(model):
+    """70B on 8,192 GPUs: DP-out ahead by a little at 1:1 and at 2.8:1 (2.1% and 2.0% when last
+    measured; DP-out tp 4, cp 2, pp 4 interleaved against PP-out's ZBV). They tied (DP-out 0.13% and
+    0.02% ahead) until ZBV's first rank was charged the embedding and the head it holds (it also
+    runs the last stage); before the interleaved schedule's per-chunk gradient sync was modelled,
+    PP-out led by 6.8% at 2.8:1. Within 5%: a lean, not a robust preference."""
     for oversub in (1, 2.8):
         dp, pp = placement_times(model, oversubscription=oversub)
-        assert abs(dp / pp - 1) < 0.02
+        assert dp < pp < 1.05 * dp
 
 
 # (b) -------------------------------------------------------------------------------------------

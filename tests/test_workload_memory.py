@@ -149,3 +149,28 @@ def test_v_schedules_hold_embedding_and_head_on_the_first_rank():
         return float(out["_acct"]["P_dense"])
     one, v = params("1f1b"), params("zbv")
     assert v - one == pytest.approx(k, rel=1e-9)
+
+
+@settings(max_examples=20, deadline=None)
+@given(k=st.integers(1, 7), recipe=st.sampled_from(["fused", "eager"]))
+def test_each_routed_copy_keeps_its_expert_input_and_output(k, recipe):
+    """Property: one more routed expert per token adds at least the copy's expert input and
+    output (2 x h activation elements per token and MoE layer, times the imbalance factor) to
+    the memory of a configuration without recomputation, whatever the recipe."""
+    from autotune.costmodel.iteration import _scalar_row, iteration_formulas
+    from autotune.costmodel.params import default_params
+    from autotune.costmodel.xp import SCALAR
+    from autotune.specs import build_scenario
+    from autotune.specs.config import Config
+
+    def mem(top_k):
+        sc = build_scenario("mixtral-8x7b", "single-building",
+                            overrides=[f"model.moe_top_k={top_k}", f"workload.activation_memory={recipe}"])
+        cfg = Config(tp=2, pp=1, ep=8, dp=sc.n_gpus // 2, dp_flavour="zero1", micro_batch=1, recompute="none")
+        return float(iteration_formulas(sc, _scalar_row(cfg), default_params(), SCALAR)["memory_per_gpu_bytes"]), sc
+    m0, sc = mem(k)
+    m1, _ = mem(k + 1)
+    m = sc.model
+    copies = C.EXPERT_IMBALANCE_FACTOR * C.ACT_MOE_ROUTED_COPY_ELEMS_PER_TOKEN_HIDDEN * m.hidden * C.ACTIVATION_BYTES \
+        * sc.seq_len * m.n_moe_layers / 2
+    assert m1 - m0 >= copies * (1 - 1e-9)

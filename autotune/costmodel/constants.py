@@ -27,6 +27,9 @@ peaks best (60 rows, median |error| 9.3% vs 12.8% and 12.7%): an in-sample choic
 ACT_ATTN_BYTES_PER_TOKEN_HIDDEN = 15.0   # attention block 11 sbh + two layer norms 4 sbh
 ACT_MLP_BYTES_PER_TOKEN_HIDDEN = 19.0    # MLP block with a 4h GELU FFN
 ACT_SCORES_BYTES_PER_TOKEN_HEAD_SEQ = 5.0  # softmax scores + dropout mask, the 5 a s^2 b term
+ACT_MLP_INPUT_BYTES_PER_TOKEN_HIDDEN = 2.0  # the MLP's 16-bit input, part of its 19 sbh
+ACT_MOE_ROUTED_COPY_ELEMS_PER_TOKEN_HIDDEN = 2.0  # per routed copy: the permuted expert input and the
+                                                  # expert output (the combine's probability gradient)
 ACT_FULL_RECOMPUTE_BYTES_PER_TOKEN_HIDDEN = 2.0  # only the bf16 layer input is kept
 
 # ---- activations of PyTorch eager autograd (WorkloadSpec.activation_memory = "eager") ----

@@ -325,21 +325,32 @@ def memory_per_gpu(k: ScenarioConsts, fl, rc, rg, owned, P_dense, P_exp, tp, ep,
 def act_per_microbatch(k: ScenarioConsts, rc, tok, tp, Ls, Ls_dense, Ls_moe, xp):
     """(bytes one micro-batch's layers keep for the backward, one layer's full activations).
     fused: Korthikanti et al. 2022 (attention 15 sbh, MLP 19 sbh scaled to the FFN's width and
-    gating, 5 a s^2 b of scores where unfused); eager: the elements PyTorch autograd saves per token
+    gating, 5 a s^2 b of scores where unfused); an MoE layer keeps, per routed copy of a token
+    (top_k x the imbalance factor), its permuted input for the expert's first GEMM and its expert
+    output for the gradient of its routing probability (2 x h, ``ACT_MOE_ROUTED_COPY_*``) and the
+    expert's intermediates (the MLP's bytes less its input, at the expert's width): with many
+    small experts the copies dominate (Megatron-Core's permuted tokens; top-8 of 2,048-wide
+    experts at h = 6,144 keeps 2.3x what scaling the dense MLP by width gave); eager: the elements PyTorch autograd saves per token
     (``constants``: two RMSNorms 3h each, queries, keys, values and the attention output, the
     MLP's 4 (gated) or 2 elements per FFN width), in the activation dtype."""
     act_scale = k.wire_bytes / C.ACTIVATION_BYTES     # Korthikanti's bytes are 16-bit; fp32 doubles them
     if k.eager_acts:
         mats = C.ACT_EAGER_GATED_MLP_ELEMS_PER_TOKEN_FFN if k.mlp_mats == 3 else C.ACT_EAGER_PLAIN_MLP_ELEMS_PER_TOKEN_FFN
-        moe_ffn = (k.top_k * C.EXPERT_IMBALANCE_FACTOR + k.shared) * k.ffn_e
+        routed = k.top_k * C.EXPERT_IMBALANCE_FACTOR
+        moe = routed * (C.ACT_MOE_ROUTED_COPY_ELEMS_PER_TOKEN_HIDDEN * k.h + mats * k.ffn_e) + k.shared * mats * k.ffn_e
         per_layer = 2 * C.ACT_EAGER_NORM_ELEMS_PER_TOKEN_HIDDEN * k.h + k.qv_width + k.kv_width
-        act_lin = k.wire_bytes * tok / tp * (per_layer * Ls + mats * (k.ffn * Ls_dense + moe_ffn * Ls_moe))
+        act_lin = k.wire_bytes * tok / tp * (per_layer * Ls + mats * k.ffn * Ls_dense + moe * Ls_moe)
     else:
         swiglu = 1.5 if k.mlp_mats == 3 else 1.0
         mlp_dense_k = k.ffn * swiglu / (4 * k.h)
-        mlp_moe_k = (k.top_k * C.EXPERT_IMBALANCE_FACTOR + k.shared) * k.ffn_e * swiglu / (4 * k.h)
+        width_e = k.ffn_e * swiglu / (4 * k.h)
+        inner = C.ACT_MLP_BYTES_PER_TOKEN_HIDDEN - C.ACT_MLP_INPUT_BYTES_PER_TOKEN_HIDDEN
+        mlp_moe = k.top_k * C.EXPERT_IMBALANCE_FACTOR * (
+            C.ACT_MOE_ROUTED_COPY_ELEMS_PER_TOKEN_HIDDEN * C.ACTIVATION_BYTES + inner * width_e) \
+            + k.shared * C.ACT_MLP_BYTES_PER_TOKEN_HIDDEN * width_e
         act_lin = act_scale * tok * k.h / tp * (C.ACT_ATTN_BYTES_PER_TOKEN_HIDDEN * Ls
-                                    + C.ACT_MLP_BYTES_PER_TOKEN_HIDDEN * (Ls_dense * mlp_dense_k + Ls_moe * mlp_moe_k))
+                                                + C.ACT_MLP_BYTES_PER_TOKEN_HIDDEN * Ls_dense * mlp_dense_k
+                                                + Ls_moe * mlp_moe)
     act_scores = 0.0 if k.flash else act_scale * Ls * C.ACT_SCORES_BYTES_PER_TOKEN_HEAD_SEQ * k.heads * tok * k.seq / tp
     act_mb = xp.select([rc == Recompute.NONE, rc == Recompute.SELECTIVE],
                        [act_lin + act_scores, act_lin],
