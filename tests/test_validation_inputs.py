@@ -45,6 +45,7 @@ MESSY = [  # column, value, words the reason must contain
     ("micro_batch", "0x10", "not a number"), ("vocab", "\x00", "not a number"), ("moe_experts", "-2", "non-negative"),
     ("etp", "two", "not a number"), ("tp_comm_overlap", "maybe", "not yes/no"),
     ("ep_comm_overlap", "sometimes", "not yes/no"), ("ep_dispatcher", "pigeon post", "no known MoE dispatcher"),
+    ("optimizer_post_validation", "rarely", "not yes/no"),
     ("hidden", "1e300", "hidden"), ("global_batch_seqs", "3", "multiple of dp*micro_batch"),
 ]
 

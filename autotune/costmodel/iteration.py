@@ -255,7 +255,7 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
             return xp.maximum(pace(t_f_comp / sp + x * (t_f - t_f_comp), t_b_comp / sp + x * (t_b - t_b_comp),
                                    t_w_comp / sp, x * gather_f_mb, x * gather_b_mb)[2], p2p_bw_bound)
         f1, b1, _ = pace(t_f, t_b, t_w, gather_f_mb, gather_b_mb)
-        fill = xp.where(pp > 1, bubble_time(sc, pp, v, f1, b1, t_w, xp), 0.0)   # fill and drain at the even pace
+        fill = xp.where(pp > 1, bubble_time(sc, pp, v, f1, b1, t_w, xp, k.post_validation), 0.0)   # fill and drain at the even pace
         hs = hetero_shares(types, k.L, p, batch, m, pp, Ls, pace_at, fill, xp)
         t_f_comp, t_b_comp, t_w_comp = hs.compute * t_f_comp, hs.compute * t_b_comp, hs.compute * t_w_comp
         tp_f, tp_b, cp_f, cp_b, ep_f, ep_b, tp_f_link, tp_b_link = (hs.comm * x for x in (tp_f, tp_b, cp_f, cp_b, ep_f, ep_b,
@@ -282,7 +282,7 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
     cycle = xp.where(has_pp & (sc != S_GPIPE),
                      xp.maximum(T_pace + hop, round_trip / xp.maximum(infl, 1.0)), T_pace)
     waiting = m - infl                                # GPipe admits all m
-    bubble = xp.where(has_pp, bubble_time(sc, pp, v, t_f_p, t_b_p, t_w, xp), 0.0)
+    bubble = xp.where(has_pp, bubble_time(sc, pp, v, t_f_p, t_b_p, t_w, xp, k.post_validation), 0.0)
     T_pipe = infl * T_pace + waiting * cycle + bubble + 2 * D_chain
 
     # ---- DP exposure once per step ----

@@ -13,25 +13,27 @@ from .xp import NUMPY
 S_GPIPE, S_1F1B, S_INTERLEAVED, S_ZB1P, S_ZB2P, S_ZBV, S_DUALPIPEV = PPSchedule   # codes: specs/codes.py
 
 
-def bubble_time(sched, p, v, t_f, t_b, t_w, xp=NUMPY):
+def bubble_time(sched, p, v, t_f, t_b, t_w, xp=NUMPY, post_validation: bool = False):
     """Idle time of the slowest rank beyond m (t_f + t_b + t_w).
 
     GPipe / 1F1B: (p-1)(t_f+t_b+t_w) (Huang et al. 2019; Narayanan et al. 2021).
     Interleaved 1F1B with v chunks: (p-1)(t_f+t_b+t_w)/v (Narayanan et al. 2021, sec. 2.2.2).
     ZB-H1: (p-1)(t_f+t_b-t_w) (Qi et al. 2024, sec. 3).
     ZB-H2: Qi et al. give (p-1) max(0, t_f+t_b-2t_w), which assumes the optimizer step is not
-    synchronised (their post-validation); with a synchronous step the last rank still waits for
-    the first forward to reach it, so the bubble is (p-1) max(t_f, t_f+t_b-2t_w). Our event
-    simulator reproduces exactly this on uniform stages.
+    synchronised (their post-validation, ``post_validation``: WorkloadSpec.optimizer_post_validation);
+    with a synchronous step the last rank still waits for the first forward to reach it, so the
+    bubble is (p-1) max(t_f, t_f+t_b-2t_w). Our event simulator reproduces exactly this on uniform
+    stages.
     ZBV and DualPipeV (2 chunks per rank in a V): the same bound at chunk granularity (/v).
     DeepSeek-V3's DualPipe bubble (p/2-1)(F&B+B-3W) is of the same order.
     """
     pm1 = p - 1.0
     full = t_f + t_b + t_w
+    floor = 0.0 if post_validation else t_f          # the synchronous step's wait for the first forward
     return xp.select(
         [sched == S_GPIPE, sched == S_1F1B, sched == S_INTERLEAVED, sched == S_ZB1P, sched == S_ZB2P],
-        [pm1 * full, pm1 * full, pm1 * full / v, pm1 * (t_f + t_b - t_w), pm1 * xp.maximum(t_f, t_f + t_b - 2 * t_w)],
-        default=pm1 * xp.maximum(t_f, t_f + t_b - 2 * t_w) / v,
+        [pm1 * full, pm1 * full, pm1 * full / v, pm1 * (t_f + t_b - t_w), pm1 * xp.maximum(floor, t_f + t_b - 2 * t_w)],
+        default=pm1 * xp.maximum(floor, t_f + t_b - 2 * t_w) / v,
     )
 
 

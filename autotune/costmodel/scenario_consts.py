@@ -41,6 +41,7 @@ class ScenarioConsts:
     net_eff: float
     flash: bool
     eager_acts: bool             # WorkloadSpec.activation_memory == "eager"
+    post_validation: bool        # WorkloadSpec.optimizer_post_validation
     tp_overlap: bool             # WorkloadSpec.tp_comm_overlap
     ep_overlap: bool             # WorkloadSpec.ep_comm_overlap
     ep_dedup: bool               # WorkloadSpec.ep_token_dedup
@@ -156,6 +157,7 @@ def _compute_consts(scenario: Scenario, params: CostParams) -> ScenarioConsts:
         x_tier=xt, x_tier_name="cross_region" if len({b.region for b in c.buildings}) > 1 else "cross_building",
         net_eff=params.network_efficiency, flash=scenario.workload.flash_attention,
         eager_acts=scenario.workload.activation_memory == "eager",
+        post_validation=scenario.workload.optimizer_post_validation,
         tp_overlap=scenario.workload.tp_comm_overlap, ep_overlap=scenario.workload.ep_comm_overlap,
         ep_dedup=scenario.workload.ep_token_dedup,
         compute_scale=1.0 / framework_efficiency(params, scenario.workload.framework),

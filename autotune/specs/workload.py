@@ -39,6 +39,11 @@ class WorkloadSpec(BaseModel):
                                  "otherwise one copy per selected expert crosses (NCCL all-to-all)")
     flash_attention: bool = Field(default=True, description="fused attention (FlashAttention): causal "
                                   "blocks skipped, no s^2 scores stored or streamed through HBM")
+    optimizer_post_validation: bool = Field(
+        default=False, description="the optimizer steps before the pipeline-wide checks (gradient-norm clipping, "
+        "inf/NaN) and rolls back in the rare step they fail (Qi et al. 2024, sec. 4; their Megatron fork's "
+        "--enable-optimizer-post-validation): the zero-bubble schedules (ZB-2p, ZB-V) no longer wait at the step "
+        "for the first forward to reach the last stage")
     activation_memory: Literal["fused", "eager"] = Field(
         default="fused", description="which tensors the backward keeps: fused = Megatron-Core / "
         "TransformerEngine kernels (Korthikanti et al. 2022's per-layer bytes); eager = PyTorch eager "

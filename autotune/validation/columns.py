@@ -32,7 +32,8 @@ COLUMNS = ("source", "model_name", "params_b", "n_layers", "hidden", "ffn_hidden
            "vpp", "micro_batch", "global_batch_seqs", "recompute", "precision", "zero_or_fsdp",
            "pipeline_schedule", "measured_metric", "measured_value",
            # optional columns (issue 13): what published runs state beyond the layout
-           "etp", "tp_comm_overlap", "ep_comm_overlap", "ep_dispatcher", "expert_ffn_hidden", "moe_shared_experts", "first_k_dense", "moe_layer_step", "head_dim", "attention",
+           "etp", "tp_comm_overlap", "ep_comm_overlap", "ep_dispatcher",
+           "optimizer_post_validation", "expert_ffn_hidden", "moe_shared_experts", "first_k_dense", "moe_layer_step", "head_dim", "attention",
            "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "v_head_dim", "sliding_window",
            "sliding_window_layers", "activation", "framework", "flops_convention", "hbm_gb", "hbm_tbps",
            "nic_gbps", "peak_memory_gb", "notes")

@@ -54,13 +54,16 @@ _OVERLAP_FLAGS = {
     "ep_comm_overlap": (("--overlap-moe-expert-parallel-comm", "overlap-moe-expert-parallel-comm",
                          "overlap_moe_expert_parallel_comm", "ep a2a overlap", "a2a overlap"),
                         "EP all-to-all overlapped with another micro-batch: --overlap-moe-expert-parallel-comm"),
+    "optimizer_post_validation": (("--enable-optimizer-post-validation", "enable-optimizer-post-validation",
+                                   "post-validation", "post validation"),
+                                  "optimizer step validated after the update: --enable-optimizer-post-validation"),
 }
 
 
 def _overlap(row: dict, assumed: list, column: str, degree: int) -> bool:
-    """``tp_comm_overlap`` / ``ep_comm_overlap``: yes / true / on / 1 / the framework's flag, or no /
-    false / off / 0 (case-insensitive); not stated = no overlap, printed with the row where the
-    degree (tp, ep) is above 1."""
+    """``tp_comm_overlap`` / ``ep_comm_overlap`` / ``optimizer_post_validation``: yes / true / on / 1 /
+    the framework's flag, or no / false / off / 0 (case-insensitive); not stated = no, printed with
+    the row where the degree (tp, ep; 2 for the schedules post-validation changes) is above 1."""
     text = _cell(row, column)
     t = text.lower().strip()
     flags, what = _OVERLAP_FLAGS[column]
@@ -81,6 +84,11 @@ def _tp_overlap(row: dict, assumed: list, tp: int) -> bool:
 
 def _ep_overlap(row: dict, assumed: list, ep: int) -> bool:
     return _overlap(row, assumed, "ep_comm_overlap", ep)
+
+
+def _post_validation(row: dict, assumed: list, sched: str) -> bool:
+    """``optimizer_post_validation``, printed as assumed where the schedule is one it changes."""
+    return _overlap(row, assumed, "optimizer_post_validation", 2 if sched in ("zb2p", "zbv") else 1)
 
 
 _DEDUP_DISPATCHERS = ("deepep", "hybridep", "hybrid-ep", "hybrid_ep", "flex", "dedup", "deduplicated")

@@ -23,7 +23,8 @@ from .columns import (ALWAYS_RECOMPUTE_SOURCES, ASSUMED_FFN_MULTIPLE, GATED_NAME
                       _match_flavour, _match_schedule, is_deepspeed_zero3, map_flavour, map_gpu, map_schedule, one_line,
                       shipped_runs_path, source_family)
 from .predict import score
-from .row_fields import RACK_SCALE_DOMAIN_GPUS, _convention, _ep_dedup, _ep_overlap, _float, _framework, _hardware, _tp_overlap
+from .row_fields import (RACK_SCALE_DOMAIN_GPUS, _convention, _ep_dedup, _ep_overlap, _float, _framework, _hardware,
+                         _post_validation, _tp_overlap)
 
 @dataclass
 class RunCase:
@@ -223,6 +224,7 @@ def build_case(i: int, row: dict) -> RunCase:
     if rec and rec not in RECOMPUTE_VALUES:
         raise Skip("not none/selective/full (empty = not stated)", "recompute", _cell(row, "recompute"))
     sched = map_schedule(sched_text, vpp) if pp > 1 else "1f1b"
+    post_validation = _post_validation(row, assumed, sched)
     chunks = (vpp or ASSUMED_INTERLEAVED_CHUNKS) if sched == "interleaved_1f1b" else (
         2 if sched in ("zbv", "dualpipev") else 1)
     # only a stated vpp; embedding and head may take a chunk each (Megatron-LM's
@@ -254,6 +256,7 @@ def build_case(i: int, row: dict) -> RunCase:
                                                            flash_attention=flash, framework=framework,
                                                            tp_comm_overlap=tp_overlap, ep_comm_overlap=ep_overlap,
                                                            ep_token_dedup=ep_dedup,
+                                                           optimizer_post_validation=post_validation,
                                                            fsdp_regather=regather), cluster=cluster)
     except Exception as e:  # noqa: BLE001 - any spec error makes this row unusable; say why
         raise _spec_skip(e, row) from None

@@ -1,0 +1,49 @@
+"""Optimizer post-validation (WorkloadSpec.optimizer_post_validation; Qi et al. 2024, sec. 4): the
+zero-bubble schedules lose the step's wait for the first forward, and nothing else changes."""
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from autotune.configbatch import batch_from_configs
+from autotune.costmodel import evaluate_batch
+from autotune.costmodel.pipeline import S_ZB2P, bubble_time
+from autotune.costmodel.xp import SCALAR
+from autotune.specs import Config, build_scenario
+from autotune.validation.row_fields import _post_validation
+
+
+@settings(max_examples=40, deadline=None)
+@given(p=st.integers(2, 64), v=st.sampled_from([1, 2, 4]), t_f=st.floats(1e-4, 1.0), b=st.floats(0.5, 3.0),
+       w=st.floats(0.2, 1.0), sched=st.integers(0, 6))
+def test_post_validation_never_lengthens_the_bubble_and_changes_only_zb2p_and_v(p, v, t_f, b, w, sched):
+    t_b = b * t_f
+    t_w = w * t_b                        # the weight-gradient half of the backward, at most all of it
+    sync = bubble_time(sched, p, v, t_f, t_b, t_w, SCALAR)
+    post = bubble_time(sched, p, v, t_f, t_b, t_w, SCALAR, post_validation=True)
+    assert 0.0 <= post <= sync + 1e-15
+    if sched < S_ZB2P:                  # GPipe, 1F1B, interleaved, ZB-1p: no step-end wait to remove
+        assert post == sync
+    if sched == S_ZB2P and t_f + t_b <= 2 * t_w:        # Qi et al.'s zero bubble when W is long enough
+        assert post == 0.0
+
+
+def test_whole_step_faster_only_for_the_zero_bubble_schedules():
+    s = build_scenario("llama3-8b", "single-building", gpus=64, global_batch=256)
+    on = s.model_copy(update={"workload": s.workload.model_copy(update={"optimizer_post_validation": True})})
+    cfgs = [Config(tp=2, pp=8, dp=4, pp_schedule=sch, pp_chunks=2 if sch in ("interleaved_1f1b", "zbv") else 1,
+                   dp_flavour="zero1", micro_batch=1) for sch in ("1f1b", "interleaved_1f1b", "zb1p", "zb2p", "zbv")]
+    b = batch_from_configs(cfgs)
+    t0 = evaluate_batch(s, b, check=False)["iteration_time_s"]
+    t1 = evaluate_batch(on, b, check=False)["iteration_time_s"]
+    assert list(t1[:3]) == list(t0[:3])
+    assert t1[3] < t0[3] and t1[4] < t0[4]
+
+
+@pytest.mark.parametrize("text,want", [("yes", True), ("--enable-optimizer-post-validation", True), ("Post-validation", True),
+                                       ("no", False), ("", False), ("0", False)])
+def test_column_spellings(text, want):
+    assumed = []
+    assert _post_validation({"optimizer_post_validation": text}, assumed, "zb2p") is want
+    assert (assumed == ["optimizer_post_validation=no (not stated)"]) == (text == "")
