@@ -132,9 +132,9 @@ def megatron_args(scenario, cfg: Config) -> tuple[list[str], list[str]]:
     elif cfg.pp > 1 and cfg.pp_schedule not in _MEGATRON_SCHEDULES:
         notes.append(f"pp_schedule={cfg.pp_schedule}: Megatron-LM runs 1F1B and interleaved 1F1B; "
                      "use torchtitan (torch.distributed.pipelining) for this schedule")
-        if scenario.workload.optimizer_post_validation and cfg.pp_schedule in ("zb2p", "zbv"):
+        if scenario.workload.optimizer_post_validation and cfg.pp_schedule == "zb2p":
             notes.append("optimizer_post_validation: --enable-optimizer-post-validation is a flag of Qi et al.'s "
-                         "Megatron fork (sail-sg/zero-bubble-pipeline-parallelism), which also runs ZB-2p and ZB-V")
+                         "Megatron fork (sail-sg/zero-bubble-pipeline-parallelism), which also runs ZB-2p")
     if cfg.recompute == "full":
         args += ["--recompute-granularity full", "--recompute-method uniform", "--recompute-num-layers 1"]
     elif cfg.recompute == "selective":

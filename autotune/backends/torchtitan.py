@@ -114,6 +114,9 @@ def torchtitan_notes(scenario, config) -> list[str]:
         notes.append(f"{scenario.model.n_layers} layers cannot be cut into {config.pp} x {config.pp_chunks} "
                      "virtual stages with pipeline_parallel_layers_per_stage: set "
                      "parallelism.module_fqns_per_model_part by hand (else torchtitan runs 2 stages per rank)")
+    if config.pp > 1 and config.pp_schedule == "zb2p" and scenario.workload.optimizer_post_validation:
+        notes.append("optimizer_post_validation: torchtitan has no post-update validation; its optimizer step "
+                     "synchronises the stages, so this schedule keeps the step-end wait the price leaves out")
     if config.etp and config.etp != config.tp:
         notes.append(f"etp={config.etp}: set parallelism.expert_tensor_parallel_degree={config.etp} (not written by "
                      "this mapping, which covers the options in TORCHTITAN_OPTIONS; torchtitan takes it as 1 or tp)")

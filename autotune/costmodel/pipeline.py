@@ -24,7 +24,10 @@ def bubble_time(sched, p, v, t_f, t_b, t_w, xp=NUMPY, post_validation: bool = Fa
     with a synchronous step the last rank still waits for the first forward to reach it, so the
     bubble is (p-1) max(t_f, t_f+t_b-2t_w). Our event simulator reproduces exactly this on uniform
     stages.
-    ZBV and DualPipeV (2 chunks per rank in a V): the same bound at chunk granularity (/v).
+    ZBV and DualPipeV (2 chunks per rank in a V): the same bound at chunk granularity (/v), with
+    the synchronous step's floor whatever ``post_validation`` says: the first rank runs the last
+    chunk too, so its own span is the whole step (the event simulator agrees; post-validation is
+    priced for ZB-2p only, the schedule Qi et al. give its bubble for).
     DeepSeek-V3's DualPipe bubble (p/2-1)(F&B+B-3W) is of the same order.
     """
     pm1 = p - 1.0
@@ -33,7 +36,7 @@ def bubble_time(sched, p, v, t_f, t_b, t_w, xp=NUMPY, post_validation: bool = Fa
     return xp.select(
         [sched == S_GPIPE, sched == S_1F1B, sched == S_INTERLEAVED, sched == S_ZB1P, sched == S_ZB2P],
         [pm1 * full, pm1 * full, pm1 * full / v, pm1 * (t_f + t_b - t_w), pm1 * xp.maximum(floor, t_f + t_b - 2 * t_w)],
-        default=pm1 * xp.maximum(floor, t_f + t_b - 2 * t_w) / v,
+        default=pm1 * xp.maximum(t_f, t_f + t_b - 2 * t_w) / v,
     )
 
 

@@ -55,8 +55,13 @@ class Scenario(BaseModel):
         made with ``model_copy(update=...)`` must not inherit its source's key."""
         import hashlib
         # fields added later are left out at their defaults, so keys of older studies stay valid
-        skip = {"workload": {"fsdp_regather"}} if self.workload.fsdp_regather == "every_pass" else None
-        return hashlib.sha256(self.model_dump_json(exclude=skip).encode()).hexdigest()[:16]
+        # (framework, fsdp_unit_layers and the overlap and dedup flags were added without this and
+        # are in every key since; changing that now would break the studies made since)
+        w = self.workload
+        later = {name for name, default in (("fsdp_regather", "every_pass"), ("activation_memory", "fused"),
+                                            ("optimizer_post_validation", False)) if getattr(w, name) == default}
+        return hashlib.sha256(self.model_dump_json(exclude={"workload": later} if later else None)
+                              .encode()).hexdigest()[:16]
 
     def model_copy(self, *, update=None, deep: bool = False) -> "Scenario":
         """Copies start with an empty derived-value cache (pydantic copies private attributes

@@ -42,8 +42,8 @@ class WorkloadSpec(BaseModel):
     optimizer_post_validation: bool = Field(
         default=False, description="the optimizer steps before the pipeline-wide checks (gradient-norm clipping, "
         "inf/NaN) and rolls back in the rare step they fail (Qi et al. 2024, sec. 4; their Megatron fork's "
-        "--enable-optimizer-post-validation): the zero-bubble schedules (ZB-2p, ZB-V) no longer wait at the step "
-        "for the first forward to reach the last stage")
+        "--enable-optimizer-post-validation): ZB-2p no longer waits at the step for the first forward to reach "
+        "the last stage (priced for ZB-2p only)")
     activation_memory: Literal["fused", "eager"] = Field(
         default="fused", description="which tensors the backward keeps: fused = Megatron-Core / "
         "TransformerEngine kernels (Korthikanti et al. 2022's per-layer bytes); eager = PyTorch eager "

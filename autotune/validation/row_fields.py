@@ -88,7 +88,7 @@ def _ep_overlap(row: dict, assumed: list, ep: int) -> bool:
 
 def _post_validation(row: dict, assumed: list, sched: str) -> bool:
     """``optimizer_post_validation``, printed as assumed where the schedule is one it changes."""
-    return _overlap(row, assumed, "optimizer_post_validation", 2 if sched in ("zb2p", "zbv") else 1)
+    return _overlap(row, assumed, "optimizer_post_validation", 2 if sched == "zb2p" else 1)
 
 
 _DEDUP_DISPATCHERS = ("deepep", "hybridep", "hybrid-ep", "hybrid_ep", "flex", "dedup", "deduplicated")
