@@ -43,7 +43,7 @@ def calibrate(backend, backend_options, xb_mbit, n_configs, holdout, seed, out_p
     probe = get_backend(backend, **opts)              # a bad backend or option fails before any run
     semantics = getattr(probe, "workload_semantics", None) or {}
     if semantics:                                     # model what the backend's workload really does
-        scen = scen.model_copy(update={"workload": scen.workload.model_copy(update=semantics)})
+        scen = scen.with_workload(**semantics)
     can_run = getattr(probe, "can_run", None)
     runnable = (lambda cfg: can_run(scen, cfg)) if can_run else None
 

@@ -16,6 +16,7 @@ The shipped measurements (``autotune/data/workload_memory.csv``) were made with 
 from __future__ import annotations
 
 import csv
+import math
 import platform
 import statistics
 from importlib import resources
@@ -67,7 +68,7 @@ def _scenario(row: dict):
     from .specs.presets import build_scenario
     s = build_scenario(model=MODEL, cluster=CLUSTER, gpus=row["dp"] * row["pp"], global_batch=row["global_batch"],
                        seq_len=row["seq_len"], precision=None, scenario_file=None, overrides=())
-    return s.model_copy(update={"workload": s.workload.model_copy(update=LocalTorchBackend.workload_semantics)})
+    return s.with_workload(**LocalTorchBackend.workload_semantics)
 
 
 def _config(row: dict):
@@ -135,8 +136,6 @@ def load(path: str | None = None) -> list[dict]:
 
 def _row(r: dict, line: int, path) -> dict:
     """One CSV record as a checked row."""
-    import math
-
     from .backends.local_torch import job_for
     from .workloads.launch import check_job
 

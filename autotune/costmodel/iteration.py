@@ -304,7 +304,7 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
     # ---- memory per GPU (bottleneck rank; terms.memory_per_gpu) ----
     infl_mem = in_flight_microbatches(sc, pp, v, m_busiest, xp) if types else infl   # the busiest replica's
     memory = memory_per_gpu(k, fl, rc, rg, owned, P_dense, P_exp, tp, ep, et, tok, Ls, Ls_dense, Ls_moe,
-                            pipe_memory(sc, pp, v, m_busiest, infl_mem, xp), hs_memory, xp)
+                            pipe_memory(sc, pp, v, m_busiest, infl_mem, lay.head_on_first, xp), hs_memory, xp)
     deficit = xp.maximum(0.0, memory - k.hbm_bytes)
 
     # ---- FLOPs, MFU (model FLOPs, non-causal attention: PaLM / Megatron convention) ----

@@ -60,7 +60,13 @@ class PipeMemory(NamedTuple):
     pp: object
 
 
-def pipe_memory(sched, p, v, m, infl, xp=NUMPY) -> PipeMemory:
+def head_on_first_rank(sched, p):
+    """Whether the embedding and the head are on the same (first) rank: at pp 1, and in V
+    schedules (ZBV, DualPipeV), whose first rank also runs the last stage."""
+    return (p == 1) | (sched == S_ZBV) | (sched == S_DUALPIPEV)
+
+
+def pipe_memory(sched, p, v, m, infl, head_on_first, xp=NUMPY) -> PipeMemory:
     """The last rank runs one micro-batch's forward and then its backward (1F1B, ZB); GPipe holds
     all m; interleaved ((v-1)p + 1)/v (Megatron-Core's warm-up on the last rank, (v-1)p chunk
     passes, plus the one in flight, in whole micro-batches); V schedules put the head on the first
@@ -68,11 +74,10 @@ def pipe_memory(sched, p, v, m, infl, xp=NUMPY) -> PipeMemory:
     one receive buffer per micro-batch for its input (not the first stage) and one for its output
     gradient (not the last), and keeps them: (2v - 1) m on a rank, 2 m for the V pair."""
     is_v = (sched == S_ZBV) | (sched == S_DUALPIPEV)
-    on_first = (p == 1) | is_v
     n = xp.select([sched == S_GPIPE, sched == S_INTERLEAVED], [m, ((v - 1.0) * p + 1.0) / v], default=1.0)
     chunks = xp.where(is_v, 2.0, v)
     recv = xp.where(p > 1, m * (2.0 * chunks - 1.0 - is_v), 0.0)
-    return PipeMemory(infl, xp.minimum(n, m), on_first, recv, p)
+    return PipeMemory(infl, xp.minimum(n, m), head_on_first, recv, p)
 
 
 def sync_windows(sched, p, v, m, xp=NUMPY):

@@ -11,13 +11,13 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..specs.codes import DPFlavour, Placement, PPSchedule, Recompute
+from ..specs.codes import DPFlavour, Placement, Recompute
 
 from . import constants as C
 from .collectives import KIND_AG, KIND_AR, collective
 from .network import effective_bandwidth_Bps, recovery_stall
 from .params import CostParams
-from .pipeline import PipeMemory
+from .pipeline import PipeMemory, head_on_first_rank
 from .scenario_consts import FSDP_EVERY_PASS, FSDP_NEVER, ScenarioConsts, ring_tier_of_span
 
 P_DP_OUT, P_PP_OUT, P_HYBRID, P_EP_OUT, P_CP_OUT = Placement   # codes: specs/codes.py
@@ -186,8 +186,7 @@ def layout(k: ScenarioConsts, batch, xp) -> Layout:
     f = xp.asfloat
     tp, ep, pp, v = (f(batch[x]) for x in ("tp", "ep", "pp", "pp_chunks"))
     Ls, Ls_dense, Ls_moe = layers_on_rank(k, pp, v, xp)
-    sched = batch["pp_schedule"]
-    head_on_first = (pp == 1) | (sched == PPSchedule.ZBV) | (sched == PPSchedule.DUALPIPEV)
+    head_on_first = head_on_first_rank(batch["pp_schedule"], pp)
     return Layout(Ls, Ls_dense, Ls_moe, *stage_params(k, tp, ep, expert_tp(batch, xp), pp, head_on_first, Ls_dense,
                                                       Ls_moe, xp),
                   *building_spans(k, batch["placement"], xp), head_on_first)
@@ -312,11 +311,12 @@ def memory_per_gpu(k: ScenarioConsts, fl, rc, rg, owned, P_dense, P_exp, tp, ep,
     gather_buf = xp.where(sharded_all, 2 * k.weight_bytes * layer_params, 0.0)
     act_mb, act_layer_full = act_per_microbatch(k, rc, tok, tp, Ls, Ls_dense, Ls_moe, xp)
     full_extra = xp.where(rc == Recompute.FULL, act_layer_full, 0.0)
-    recv = pm.recv_buffers * k.wire_bytes * tok * k.h / tp if k.eager_acts else 0.0
-    first = pm.infl * act_mb + full_extra + recv
-    head = pm.infl_head * act_mb + full_extra + recv + logits_bytes(k, tok, tp, pm.pp, pm.infl_head)
+    first = pm.infl * act_mb + full_extra
     if k.eager_acts:
-        acts = xp.where(pm.head_on_first, first + logits_bytes(k, tok, tp, pm.pp, 1.0), xp.maximum(first, head))
+        recv = pm.recv_buffers * k.wire_bytes * tok * k.h / tp
+        head = pm.infl_head * act_mb + full_extra + recv + logits_bytes(k, tok, tp, pm.pp, pm.infl_head)
+        acts = xp.where(pm.head_on_first, first + recv + logits_bytes(k, tok, tp, pm.pp, 1.0),
+                        xp.maximum(first + recv, head))
     else:       # fused: one micro-batch's logits on top of the first rank's activations (see the docstring)
         acts = first + logits_bytes(k, tok, tp, pm.pp, 1.0)
     return hetero_memory * (states + acts) + gather_buf + C.FRAMEWORK_RESERVED_BYTES
@@ -330,9 +330,10 @@ def act_per_microbatch(k: ScenarioConsts, rc, tok, tp, Ls, Ls_dense, Ls_moe, xp)
     output for the gradient of its routing probability (2 x h, ``ACT_MOE_ROUTED_COPY_*``) and the
     expert's intermediates (the MLP's bytes less its input, at the expert's width): with many
     small experts the copies dominate (Megatron-Core's permuted tokens; top-8 of 2,048-wide
-    experts at h = 6,144 keeps 2.3x what scaling the dense MLP by width gave); eager: the elements PyTorch autograd saves per token
-    (``constants``: two RMSNorms 3h each, queries, keys, values and the attention output, the
-    MLP's 4 (gated) or 2 elements per FFN width), in the activation dtype."""
+    experts at h = 6,144 keeps 2.6x what scaling the dense MLP by width gave).
+    eager: the elements PyTorch autograd saves per token (``constants``: two RMSNorms 3h each,
+    queries, keys, values and the attention output, the MLP's 4 (gated) or 2 elements per FFN
+    width, each routed copy's expert input and output), in the activation dtype."""
     act_scale = k.wire_bytes / C.ACTIVATION_BYTES     # Korthikanti's bytes are 16-bit; fp32 doubles them
     if k.eager_acts:
         mats = C.ACT_EAGER_GATED_MLP_ELEMS_PER_TOKEN_FFN if k.mlp_mats == 3 else C.ACT_EAGER_PLAIN_MLP_ELEMS_PER_TOKEN_FFN

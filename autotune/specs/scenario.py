@@ -63,6 +63,10 @@ class Scenario(BaseModel):
         return hashlib.sha256(self.model_dump_json(exclude={"workload": later} if later else None)
                               .encode()).hexdigest()[:16]
 
+    def with_workload(self, **fields) -> "Scenario":
+        """The same scenario with these workload fields changed (a backend's workload semantics)."""
+        return self.model_copy(update={"workload": self.workload.model_copy(update=fields)})
+
     def model_copy(self, *, update=None, deep: bool = False) -> "Scenario":
         """Copies start with an empty derived-value cache (pydantic copies private attributes
         shallowly, which would share cost-model constants between different networks)."""

@@ -32,4 +32,5 @@ from .columns import (COLUMNS, METRICS, NO_SOURCE_FAMILY, REQUIRED_COLUMNS, Skip
 from .fit import (FIT_BOUNDS, default_jobs, fit_params, loso, validate, write_params)  # noqa: F401
 from .predict import predicted_metric, resolve_unstated, score  # noqa: F401
 from .rank import RANK_MIN_ROWS, _layout, configuration_groups, rank_correlations, spearman  # noqa: F401
-from .rows import RunCase, Runs, build_case, load_runs, read_runs  # noqa: F401
+from .rows import RunCase, build_case  # noqa: F401
+from .runs_file import Runs, load_runs, read_runs  # noqa: F401

@@ -14,7 +14,8 @@ from ..errors import UserInputError
 from .columns import FRAMEWORKS, source_family
 from .predict import _summary, resolve_unstated, score
 from .rank import rank_correlations
-from .rows import RunCase, load_runs, read_runs
+from .rows import RunCase
+from .runs_file import load_runs, read_runs
 
 def validate(path=None, params: CostParams | None = None) -> dict:
     from ..costmodel.params import default_params

@@ -21,10 +21,6 @@ def _views(flat: torch.Tensor, like) -> list:
     return out
 
 
-def _grads(params):
-    return [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
-
-
 SLICE_BYTES = 128 * 1024
 """Each ring step moves its chunk in slices of this size, as NCCL pipelines a ring step in slices
 (NCCL_BUFFSIZE / NCCL_STEPS). Measured on the shaped two-building link (2 ranks, 4.2 MB each way):

@@ -181,7 +181,7 @@ def main(job: dict) -> None:
         if schedule is not None:
             # the last stage's outputs (the logits of every micro-batch) are not kept to be returned:
             # torchtitan steps its schedule the same way
-            kw = {"target": target, "return_outputs": False} if last else {"return_outputs": False}
+            kw = {"return_outputs": False, **({"target": target} if last else {})}
             if first:
                 schedule.step(tokens, **kw)
             else:
