@@ -74,7 +74,7 @@ def test_dp_shares_follow_speed(mixed):
     from autotune.costmodel.params import default_params
     from autotune.costmodel.hetero import speed_types
     types = speed_types(mixed, default_params())
-    mean_speed = sum(s * w for s, w in types)
+    mean_speed = sum(ty.speed * ty.share for ty in types)
     ratio = even.breakdown["compute_s"] / by.breakdown["compute_s"]
     assert 1.0 < ratio <= mean_speed * (1 + 1e-9)
     assert ratio > 0.8 * mean_speed              # whole micro-batches lose a little, not most
@@ -151,3 +151,48 @@ def test_dp_shares_keep_the_slow_replicas_fill_and_drain():
     per_mb = (even.breakdown["compute_s"] + even.breakdown["tp_comm_s"]) / 16      # the A100's pace, 16 a replica
     assert by.iteration_time_s <= even.iteration_time_s
     assert by.iteration_time_s >= (m_slow + 15) * per_mb * 0.9      # 15 = pp - 1 stages to fill and drain
+
+
+@settings(max_examples=60, deadline=None)
+@given(units=st.lists(st.floats(0.2, 1.0), min_size=2, max_size=3),
+       raw_w=st.lists(st.floats(0.05, 1.0), min_size=3, max_size=3),
+       demand=st.integers(1, 40), offset=st.sampled_from([0.0, 0.5, 3.0]))
+def test_whole_shares_are_the_best_whole_shares(units, raw_w, demand, offset):
+    """``min_makespan`` against brute force over every whole split: none meeting the demand
+    finishes sooner, and its own counts meet the demand at its pace."""
+    import itertools
+
+    from autotune.costmodel.hetero import min_makespan
+    from autotune.costmodel.xp import SCALAR
+    units = [1.0] + units[1:]                     # the slowest type's unit is the longest
+    w = np.array(raw_w[:len(units)]) / sum(raw_w[:len(units)])
+    span = int(np.ceil(max(units) / min(units))) + 1
+    pace, counts = min_makespan(units, list(w), demand, offset, span, SCALAR)
+    assert sum(wj * n for wj, n in zip(w, counts)) >= demand - 1e-9
+    assert max((n + offset) * u for n, u in zip(counts, units)) == pytest.approx(pace)
+    best = np.inf          # every count of all but the last type; the last takes what is left
+    for ns in itertools.product(range(1, int(np.ceil(demand / w.min())) + 2), repeat=len(units) - 1):
+        rest = demand - sum(wj * n for wj, n in zip(w, ns))
+        last = max(1, int(np.ceil(rest / w[-1] - 1e-9)))
+        best = min(best, max((n + offset) * u for n, u in zip(ns + (last,), units)))
+    assert pace == pytest.approx(best)
+
+
+def test_each_gpu_type_holds_its_layers_against_its_own_hbm():
+    """pp_out by speed on a B200 (180 GB) and an H100 (80 GB) building: the B200 stages hold more
+    layers than an even split, the H100 stages fewer, and each type is checked against its own
+    HBM. Here the even split (20 layers a stage) does not fit the H100; by speed (27 and 13) it
+    fits, though its B200 ranks hold more than any H100 could."""
+    from autotune.costmodel.iteration import _scalar_row, iteration_formulas
+    from autotune.costmodel.params import default_params
+    from autotune.costmodel.xp import SCALAR
+    s = build_scenario("llama3-70b", "metro-2bldg", gpus=512, overrides=["cluster.buildings.0.gpu=b200",
+                                                                        "cluster.buildings.1.gpu=h100-sxm"])
+    cfg = Config(tp=4, pp=4, dp=32, placement="pp_out", dp_flavour="zero1", micro_batch=1, recompute="none",
+                 pp_schedule="1f1b", hetero_split="by_speed")
+    plan = iteration_formulas(s, _scalar_row(cfg), default_params(), SCALAR)["_hetero_plan"]
+    assert plan[0] > 20 > plan[1] and 2 * (plan[0] + plan[1]) >= 80      # 2 stages a building, 80 layers
+    by, even = evaluate(s, cfg), evaluate(s, cfg.model_copy(update={"hetero_split": "even"}))
+    assert not even.feasible and 80e9 < even.memory_per_gpu_bytes < 180e9
+    assert by.feasible and by.memory_per_gpu_bytes > even.memory_per_gpu_bytes > 80e9
+    assert by.iteration_time_s < even.iteration_time_s

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+import numpy as np
+
 from ..specs.codes import HeteroSplit
 from .params import CostParams
 from .terms import P_DP_OUT, P_PP_OUT, compute_terms
@@ -12,12 +14,26 @@ from .xp import SCALAR
 _SPEEDS: dict = {}
 
 
+class SpeedType(NamedTuple):
+    """One GPU type of a mixed cluster (``speed_types``)."""
+    speed: float    # reference layer's speed over the slowest GPU's (>= 1)
+    share: float    # share of the cluster's GPUs
+    link: float     # its exchanges inside a building over the slowest links' (>= 1)
+    nic: float      # its NIC over the slowest NIC (>= 1)
+    consts: object  # ScenarioConsts of a cluster of this GPU alone (its kernel times)
+
+
 def speed_types(scenario, p: CostParams) -> tuple:
-    """((speed, GPU share), ...) for each distinct GPU of a mixed cluster, in the order the
-    buildings name them; () on one GPU type. A GPU's speed is the model's own forward time of one
-    reference layer (one sequence, no TP/CP/EP: every GEMM, the attention core and the
-    element-wise passes at their shapes, ``compute_terms``) at the slowest pace the scenario's
-    constants charge, over the same layer on a cluster of that GPU alone (>= 1). Cached per
+    """(SpeedType, ...) for each distinct GPU of a mixed cluster, in the order the buildings name
+    them; () on one GPU type. ``speed``: the model's own forward time of one reference layer
+    (one sequence, no TP/CP/EP: every GEMM, the attention core and the element-wise passes at
+    their shapes, ``compute_terms``) at the slowest pace the scenario's constants charge, over
+    the same layer on a cluster of that GPU alone (>= 1); the cost model itself takes each
+    configuration's own ratio from ``consts`` (``row_speeds``). ``link``: how much faster the
+    exchanges inside one of its buildings run than on the links the scenario's constants charge
+    (the slowest NVLink and NIC of the cluster): the smaller of its NVLink and its NIC bandwidth
+    over those (a building's TP, CP and EP traffic stays on its own NVLink and NICs); ``nic``:
+    its NIC over the slowest (under pp_out a stage's DP group stays in its building). Cached per
     scenario object and parameters."""
     from .scenario_consts import _compute_consts, scenario_consts
     key = (id(scenario), p)
@@ -36,90 +52,165 @@ def speed_types(scenario, p: CostParams) -> tuple:
         return float(t.attn_lin + t.core + t.elem + (1 - kk.moe_frac) * t.mlp_dense
                      + kk.moe_frac * (t.moe_lin + t.moe_permute))
     slow_s = layer_s(scenario_consts(scenario, p))
+    nvl_min = min(x.gpu.nvlink_bandwidth_Bps for x in c.buildings)
+    nic_min = min(x.gpu.nic_bandwidth_Bps for x in c.buildings)
     out: dict = {}
     for b in c.buildings:
-        if b.gpu not in out:
+        g = b.gpu
+        if g not in out:
             alone = scenario.model_copy(update={"cluster": c.model_copy(update={
-                "buildings": tuple(x.model_copy(update={"gpu": b.gpu}) for x in c.buildings)})})
-            out[b.gpu] = [max(1.0, slow_s / layer_s(_compute_consts(alone, p))), 0.0]
-        out[b.gpu][1] += b.gpus / c.n_gpus
-    types = tuple((sp, share) for sp, share in out.values())
+                "buildings": tuple(x.model_copy(update={"gpu": g}) for x in c.buildings)})})
+            kk = _compute_consts(alone, p)
+            nic = g.nic_bandwidth_Bps / nic_min
+            out[g] = [max(1.0, slow_s / layer_s(kk)), 0.0, min(g.nvlink_bandwidth_Bps / nvl_min, nic), nic, kk]
+        out[g][1] += b.gpus / c.n_gpus
+    types = tuple(SpeedType(*v) for v in out.values())
     if len(_SPEEDS) > 32:
         _SPEEDS.clear()
     _SPEEDS[key] = (scenario, types)
     return types
 
 
+def row_speeds(types: tuple, slow_compute, compute_of, xp) -> list:
+    """Each GPU type's speed on each configuration: the rank's compute per micro-batch at the
+    slowest pace the scenario's constants charge (``slow_compute``) over the same compute with
+    that type's kernel times (``compute_of(consts)``), >= 1. The ratio depends on the shapes: an
+    H100 is further ahead of an A100 on large GEMMs than on memory-bound passes."""
+    return [xp.maximum(1.0, slow_compute / compute_of(ty.consts)) for ty in types]
+
+
 class HeteroShares(NamedTuple):
-    """Factors on the bottleneck rank's per-micro-batch times and layer-held memory under
-    ``hetero_split`` (1 where the split is even or the cluster has one GPU type)."""
+    """Factors on the bottleneck rank's per-micro-batch times and each GPU type's layer-held
+    memory under ``hetero_split`` (1 where the split is even)."""
     compute: object   # compute per micro-batch
     comm: object      # TP / CP / EP exchanges per micro-batch (they run per layer)
-    memory: object    # parameters, gradients, optimizer state and activations (they scale with layers)
     plan: tuple = ()  # per GPU type (speed_types order): micro-batches per replica (dp_out) or
                       # layers per stage (pp_out) under by_speed; () where even
     microbatches: object = None   # micro-batches of the busiest replica (its in-flight activations)
+    dp_step: object = 1.0   # the step's DP collectives (pp_out: each building's stages on its own NICs)
+    memory_types: tuple = ()   # per GPU type: its ranks' layer-held memory factor (pp_out: L_j / Ls)
 
 
-def hetero_shares(types: tuple, L, p: CostParams, batch, m, pp, Ls, pace_at, fill, xp) -> HeteroShares:
-    """Work shares between buildings of different speeds (``types``, from ``speed_types``: speed
-    s_j >= 1 over the slowest GPU, share w_j of the GPUs; L layers). ``pace_at(s, x=1)``: the bottleneck rank's time per
-    micro-batch when its compute runs s times faster than the slowest GPU's and its exchanges and
-    FSDP gathers take x times as long (pipeline sends unchanged; ``pace_at(1)`` is the even
-    split's pace).
+def hetero_shares(types: tuple, speeds: list, L, p: CostParams, batch, m, pp, Ls, pace_at, fill,
+                  xp) -> HeteroShares:
+    """Work shares between buildings of different speeds (``types``, from ``speed_types``: share
+    w_j of the GPUs, exchanges r_j >= 1 times faster on its own links, NIC n_j >= 1 times; per
+    configuration ``speeds`` s_j >= 1 over the slowest GPU, ``row_speeds``; L layers). ``pace_at(s, x=1)``: the bottleneck rank's time per micro-batch when
+    its compute runs s times faster than the slowest GPU's and its exchanges and FSDP gathers
+    take x times as long (pipeline sends unchanged; ``pace_at(1)`` is the even split's pace).
+    A rank of type j takes T_j = pace_at(s_j, 1 / r_j) per micro-batch with an even share (its
+    FSDP gathers at the slowest links: under dp_out they may cross buildings).
 
-    - dp_out (whole replicas per building): a replica on type j takes T_j = pace_at(s_j) per
-      micro-batch, and its pipeline's fill and drain take B0 of its own micro-batch times
-      (B0 = ``fill`` / T_1, the even split's bubble). The M = m dp micro-batches are shared so
-      that every replica finishes together: continuous t = (m + B0) / sum_j(w_j / T_j). In whole
-      micro-batches a replica of type j takes m_j = ceil(t / T_j - B0) and finishes at
-      (m_j + B0) T_j; the last one sets the step, and the even split ((m + B0) T_1) is kept
-      where it is faster. Every per-micro-batch time is scaled by t / ((m + B0) T_1), the fill
-      included; the busiest replica's m_j sets the in-flight activations (``microbatches``).
-      The counts are per replica and round up, so they may add up to a little more than M.
-    - pp_out (pp / B stages per building, equal buildings): a stage on type j holds
-      L_j = ceil(L s_j / S) layers, S = pp sum_j(w_j s_j), so compute per stage is balanced:
-      compute factor max_j(L_j / s_j) / Ls; the fastest stages hold the most layers, so the
-      per-layer exchanges, FSDP gathers and layer-held memory scale by max_j(L_j) / Ls. Kept only
-      where the stage's pace beats the even split's. (Megatron-Core takes an uneven split as a
-      pipeline layout; torchtitan as manual split points.)
-    With ``p.integer_shares`` = 0 (the search's lower bound) shares are continuous and the
-    exchanges keep factor 1: never above the whole-share time, and monotone in every time."""
-    if not types:
-        return HeteroShares(1.0, 1.0, 1.0)
+    - dp_out (whole replicas per building): a replica on type j takes T_j per micro-batch, and
+      its pipeline's fill and drain take B0 of its own micro-batch times (B0 = ``fill`` / T_1,
+      the even split's bubble). The M = m dp micro-batches are shared so that every replica
+      finishes together: continuous t = (m + B0) / sum_j(w_j / T_j). In whole micro-batches the
+      counts m_j >= 1 are the ones whose last replica finishes first (``min_makespan``: the
+      smallest pace P with sum_j w_j floor(P / T_j - B0) >= m, P one of the finishing times
+      (k + B0) T_j); the even split ((m + B0) T_1) is kept where it is faster. Every
+      per-micro-batch time is scaled by P / ((m + B0) T_1), the fill included; the busiest
+      replica's m_j sets the in-flight activations (``microbatches``). The counts are per
+      replica, so they may add up to a little more than M. The step's DP collectives cross
+      buildings at the slowest links (factor 1).
+    - pp_out (pp / B stages per building, equal buildings): a stage on type j holds L_j >= 1
+      layers, the counts whose slowest stage is fastest with sum_j pp w_j L_j >= L
+      (``min_makespan`` on compute, L_j / s_j, so that the split, and with it the memory, does
+      not depend on the transport; continuous: L s_j / S, S = pp sum_j(w_j s_j)): compute
+      factor max_j(L_j / s_j) / Ls; per-layer exchanges and FSDP gathers max_j(L_j / r_j) / Ls;
+      the step's DP collectives (each building's stage reduces inside its building, on its own
+      NICs) max_j(L_j / n_j) / Ls; each type's layer-held memory L_j / Ls (``memory_types``)
+      against its own HBM. Taken wherever it cuts the stage's compute: where the fastest
+      stages' exchanges outgrow that, the even split (the other value of the knob) is faster.
+      (Megatron-Core takes an uneven split as a pipeline layout; torchtitan as manual split
+      points.)
+    With ``p.integer_shares`` = 0 (the search's lower bound) shares are continuous, pp_out's
+    exchanges take L / (pp Ls sum_j(w_j r_j)) (as max_j(L_j / r_j) >= sum_j w_j L_j / sum_j
+    w_j r_j >= L / pp / sum_j w_j r_j; DP the same with n_j) and memory keeps factor 1: never
+    above the whole-share time, and monotone in every time."""
     by = batch.get("hetero_split", HeteroSplit.EVEN) == HeteroSplit.BY_SPEED
     pl = batch["placement"]
     integer = p.integer_shares > 0
     T_1 = pace_at(1.0)
-    T_j = [pace_at(s) for s, _ in types]
-    rate = sum(w / t for t, (_, w) in zip(T_j, types))     # per replica: dp cancels
+    r_j = [ty.link for ty in types]
+    T_j = [pace_at(s, 1.0 / r, 1.0) for s, r in zip(speeds, r_j)]   # FSDP gathers may cross buildings
+    w = [ty.share for ty in types]
+    rate = sum(wj / t for t, wj in zip(T_j, w))     # per replica: dp cancels
     B0 = fill / T_1
-    t = (m + B0) / rate
-    mb_j = [xp.maximum(xp.ceil(t / tj - B0 - 1e-9), 1.0) for tj in T_j]
+    # T_1 / T_j <= max(s_j, r_j): candidates per type that cover one slowest unit
+    span = int(np.ceil(max(max(float(np.max(s)), r) for s, r in zip(speeds, r_j)))) + 1
     if integer:
-        t_up = None
-        for n, tj in zip(mb_j, T_j):
-            t_up = (n + B0) * tj if t_up is None else xp.maximum(t_up, (n + B0) * tj)
+        t_up, mb_j = min_makespan(T_j, w, m, B0, span, xp)
         g_dp = xp.minimum(t_up, (m + B0) * T_1) / ((m + B0) * T_1)
+        _, L_j = min_makespan([1.0 / s for s in speeds], w, L / pp, 0.0, span, xp)   # compute: no transport
+        g_c = g_x = g_n = None
+        for lj, s, ty in zip(L_j, speeds, types):
+            g_c = lj / s if g_c is None else xp.maximum(g_c, lj / s)
+            g_x = lj / ty.link if g_x is None else xp.maximum(g_x, lj / ty.link)
+            g_n = lj / ty.nic if g_n is None else xp.maximum(g_n, lj / ty.nic)
+        g_c, g_x, g_n = g_c / Ls, g_x / Ls, g_n / Ls
+        use_pp = by & (pl == P_PP_OUT) & (g_c < 1.0)
     else:
         g_dp = 1.0 / (T_1 * rate)     # <= the whole-share factor, and monotone in every time
-    S = pp * sum(s * w for s, w in types)
-    L_j = [xp.ceil(L * s / S - 1e-9) for s, _ in types]
-    if integer:
-        g_c = g_x = None
-        for lj, (s, _) in zip(L_j, types):
-            g_c = lj / s if g_c is None else xp.maximum(g_c, lj / s)
-            g_x = lj if g_x is None else xp.maximum(g_x, lj)
-        g_c, g_x = g_c / Ls, g_x / Ls
-        use_pp = by & (pl == P_PP_OUT) & (pace_at(1.0 / g_c, g_x) < T_1)
-    else:
-        g_c, g_x = L / (S * Ls), 1.0
+        mb_j = [xp.maximum(xp.ceil((m + B0) / rate / tj - B0 - 1e-9), 1.0) for tj in T_j]
+        S = pp * sum(s * wj for s, wj in zip(speeds, w))
+        L_j = [xp.ceil(L * s / S - 1e-9) for s in speeds]
+        g_c = L / (S * Ls)
+        g_x = L / (pp * Ls * sum(wj * r for wj, r in zip(w, r_j)))
+        g_n = L / (pp * Ls * sum(wj * ty.nic for wj, ty in zip(w, types)))
         use_pp = by & (pl == P_PP_OUT)
     use_dp = by & (pl == P_DP_OUT) & (g_dp < 1.0)
     plan = tuple(xp.where(use_dp, n, xp.where(use_pp, lj, 0.0)) for n, lj in zip(mb_j, L_j))
     busiest = None
     for n in mb_j:
         busiest = n if busiest is None else xp.maximum(busiest, n)
+    mem_j = tuple(xp.where(use_pp, lj / Ls, 1.0) for lj in L_j) if integer else (1.0,) * len(types)
     return HeteroShares(xp.where(use_dp, g_dp, xp.where(use_pp, g_c, 1.0)),
                         xp.where(use_dp, g_dp, xp.where(use_pp, g_x, 1.0)),
-                        xp.where(use_pp, g_x, 1.0), plan, xp.where(use_dp, busiest, m))
+                        plan, xp.where(use_dp, busiest, m),
+                        xp.where(use_pp, g_n, 1.0), mem_j)
+
+
+def typed_memory(types: tuple, factors: tuple, memory_at, xp):
+    """(memory, deficit) of a mixed cluster: each GPU type's ranks hold ``memory_at(f)`` bytes
+    (the layer-held part times f, ``HeteroShares.memory_types``) against their own HBM; the
+    largest holding and the largest shortfall over the types. ``memory_at`` is linear in f."""
+    fixed = memory_at(0.0)
+    held = memory_at(1.0) - fixed
+    mem = deficit = None
+    for ty, f in zip(types, factors):
+        m_j = f * held + fixed
+        d_j = xp.maximum(0.0, m_j - ty.consts.hbm_bytes)
+        mem = m_j if mem is None else xp.maximum(mem, m_j)
+        deficit = d_j if deficit is None else xp.maximum(deficit, d_j)
+    return mem, deficit
+
+
+def min_makespan(unit_s: list, w: list, demand, offset, span: int, xp):
+    """Whole work units between types so that the last to finish finishes first: n_j >= 1 units
+    of unit time u_j (``unit_s``) per worker of type j, a share w_j of the workers, with
+    sum_j w_j n_j >= ``demand``; a worker finishes at (n_j + ``offset``) u_j. Returns (pace,
+    [n_j]). The optimum pace is one of the finishing times (k + offset) u_j at or above the
+    continuous t = (demand + offset) / sum_j(w_j / u_j) (with sum_j w_j = 1) and at or below
+    the pace of every n_j rounded up from t, which is less than t + max_j u_j: ``span`` >=
+    max_j u_j / min_j u_j + 1 candidates per type cover that range. At each candidate P the
+    counts are n_j = max(floor(P / u_j - offset), 1) (the most that finish by P); the fastest
+    candidate whose counts meet the demand wins (the rounded-up counts always do)."""
+    t = (demand + offset) / sum(wj / u for u, wj in zip(unit_s, w))
+    best = best_n = None
+    for u0 in unit_s:
+        k0 = xp.ceil(t / u0 - offset - 1e-9)
+        for d in range(span):
+            P = (k0 + d + offset) * u0
+            n = [xp.maximum(xp.floor(P / u - offset + 1e-9), 1.0) for u in unit_s]
+            got = sum(wj * nj for wj, nj in zip(w, n))
+            pace = None
+            for u, nj in zip(unit_s, n):
+                pace = (nj + offset) * u if pace is None else xp.maximum(pace, (nj + offset) * u)
+            pace = xp.where(got >= demand - 1e-9, pace, np.inf)
+            if best is None:
+                best, best_n = pace, n
+            else:
+                take = pace < best
+                best = xp.where(take, pace, best)
+                best_n = [xp.where(take, a, b) for a, b in zip(n, best_n)]
+    return best, best_n

@@ -18,9 +18,9 @@ from .params import CostParams, default_params
 from .pipeline import (S_1F1B, S_DUALPIPEV, S_GPIPE, S_INTERLEAVED, S_ZBV, bubble_time, chain_hops,
                        in_flight_microbatches, pipe_memory, paired_share, step_end_exposed, sync_windows)
 from .terms import (F_DDP, F_FSDP, F_HSDP, F_ZERO1, P_CP_OUT, P_DP_OUT, P_EP_OUT, P_HYBRID,  # noqa: F401
-                    P_PP_OUT, ComputeTerms, Transport, compute_terms, dp_comm_groups, expert_tp, layout,
-                    memory_per_gpu, sum_groups)
-from .hetero import hetero_shares, speed_types
+                    P_PP_OUT, Transport, dp_comm_groups, expert_tp, layout, memory_per_gpu, sum_groups)
+from .compute_pass import pass_compute
+from .hetero import hetero_shares, row_speeds, speed_types, typed_memory
 from .scenario_consts import FSDP_EVERY_PASS, FSDP_FORWARD, members_per_node, scenario_consts, tier_of_span
 from .tiers import accounting
 from .batch_order import SORT_KEYS, SORT_MIN_ROWS, _branch_order  # noqa: F401 - public here too
@@ -105,28 +105,13 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
     stall_x_p2p = t.stall(ch_p2p, p2p_window)
     bw_x_p2p = xp.minimum(bw_x_p2p, p2p_window / (k.x_rtt_s * stall_x_p2p)) if k.x_rtt_s > 0 else bw_x_p2p
 
-    # ---- compute per micro-batch on the bottleneck rank (terms.compute_terms, once per distinct
-    # micro-batch, cp, tp and ep) ----
+    # ---- compute per micro-batch on the bottleneck rank (compute_pass.pass_compute) ----
     Ls, Ls_dense, Ls_moe = lay.Ls, lay.Ls_dense, lay.Ls_moe
     et = expert_tp(batch, xp)
-    ct = ComputeTerms(*xp.by_key((batch["micro_batch"], batch["cp"], batch["tp"], batch["ep"], batch.get("etp", 0)),
-                                 lambda mb_, cp_, tp_, ep_, et_: tuple(compute_terms(k, p, mb_, cp_, tp_, ep_, et_, xp)),
-                                 mb, cp, tp, ep, et))
+    pc = pass_compute(k, p, batch, lay, xp, mb, cp, tp, ep, et, rc)
+    ct, lin_f, lin_x = pc.ct, pc.lin_f, pc.lin_x
     t_attn_lin, t_moe_lin, t_core = ct.attn_lin, ct.moe_lin, ct.core
-    lin_f = Ls_dense * (t_attn_lin + ct.mlp_dense) + Ls_moe * (t_attn_lin + t_moe_lin)
-    # forward and input-gradient GEMMs run in tp chunks under TP comm overlap, weight gradients whole
-    lin_x = Ls_dense * (ct.attn_lin_split + ct.mlp_dense_split) + Ls_moe * (ct.attn_lin_split + t_moe_lin) \
-        if k.tp_overlap else lin_f
-    core_f = Ls * t_core
-    elem_f = Ls * ct.elem + Ls_moe * ct.moe_permute
-    t_head = ct.head
-    fw = k.compute_scale                             # framework class (WorkloadSpec.framework)
-    if fw != 1.0:
-        lin_f, lin_x, core_f, elem_f, t_head = fw * lin_f, fw * lin_x, fw * core_f, fw * elem_f, fw * t_head
-    t_f_comp = lin_x + core_f + elem_f + t_head
-    t_w_comp = lin_f + t_head                        # weight gradients: one GEMM per forward GEMM
-    recompute_extra = xp.where(rc == R_FULL, t_f_comp, xp.where(rc == R_SELECTIVE, core_f, 0.0))
-    t_b_comp = lin_x + t_head + p.attention_backward_time_ratio * core_f + elem_f + recompute_extra
+    t_f_comp, t_b_comp, t_w_comp = pc.t_f, pc.t_b, pc.t_w
 
     # ---- tensor parallel (sequence parallel): 2 all-gathers + 2 reduce-scatters per layer pass ----
     s_tp = tok * k.h * k.wire_bytes
@@ -250,13 +235,15 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
     types = speed_types(scenario, p)
     if types:
         # buildings of different speeds share the work by speed (hetero.hetero_shares): the pace
-        # of a rank whose compute is sp times faster and whose exchanges and gathers scale by x
-        def pace_at(sp, x=1.0):
+        # of a rank whose compute is sp times faster and whose exchanges (gathers) scale by x (xg)
+        def pace_at(sp, x=1.0, xg=None):
+            xg = x if xg is None else xg
             return xp.maximum(pace(t_f_comp / sp + x * (t_f - t_f_comp), t_b_comp / sp + x * (t_b - t_b_comp),
-                                   t_w_comp / sp, x * gather_f_mb, x * gather_b_mb)[2], p2p_bw_bound)
+                                   t_w_comp / sp, xg * gather_f_mb, xg * gather_b_mb)[2], p2p_bw_bound)
         f1, b1, _ = pace(t_f, t_b, t_w, gather_f_mb, gather_b_mb)
         fill = xp.where(pp > 1, bubble_time(sc, pp, v, f1, b1, t_w, xp, k.post_validation), 0.0)   # fill and drain at the even pace
-        hs = hetero_shares(types, k.L, p, batch, m, pp, Ls, pace_at, fill, xp)
+        speeds = row_speeds(types, pc.total, lambda kj: pass_compute(kj, p, batch, lay, xp, mb, cp, tp, ep, et, rc).total, xp)
+        hs = hetero_shares(types, speeds, k.L, p, batch, m, pp, Ls, pace_at, fill, xp)
         t_f_comp, t_b_comp, t_w_comp = hs.compute * t_f_comp, hs.compute * t_b_comp, hs.compute * t_w_comp
         tp_f, tp_b, cp_f, cp_b, ep_f, ep_b, tp_f_link, tp_b_link = (hs.comm * x for x in (tp_f, tp_b, cp_f, cp_b, ep_f, ep_b,
                                                                                 tp_f_link, tp_b_link))
@@ -265,9 +252,10 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
             tp_f, tp_b = tp_exposed(tp_f_link, gx, tp, xp), tp_exposed(tp_b_link, gx + g, tp, xp)
         gather_f_mb, gather_b_mb = hs.comm * gather_f_mb, hs.comm * gather_b_mb
         t_f, t_b, t_w, T_comp, T_mb = per_microbatch()
-        hs_memory, hetero_plan, m_busiest = hs.memory, hs.plan, hs.microbatches
+        hetero_plan, m_busiest = hs.plan, hs.microbatches
+        per_step_grad, per_step_param = hs.dp_step * per_step_grad, hs.dp_step * per_step_param
     else:
-        hs_memory, hetero_plan, m_busiest = 1.0, (), m
+        hetero_plan, m_busiest = (), m
     t_f_p, t_b_p, T_fsdp = pace(t_f, t_b, t_w, gather_f_mb, gather_b_mb)
     T_pace = xp.maximum(T_fsdp, p2p_bw_bound)
     # The first rank admits ``infl`` micro-batches without waiting; each later one waits for the
@@ -303,9 +291,15 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
 
     # ---- memory per GPU (bottleneck rank; terms.memory_per_gpu) ----
     infl_mem = in_flight_microbatches(sc, pp, v, m_busiest, xp) if types else infl   # the busiest replica's
-    memory = memory_per_gpu(k, fl, rc, rg, owned, P_dense, P_exp, tp, ep, et, tok, Ls, Ls_dense, Ls_moe,
-                            pipe_memory(sc, pp, v, m_busiest, infl_mem, lay.head_on_first, xp), hs_memory, xp)
-    deficit = xp.maximum(0.0, memory - k.hbm_bytes)
+    pm = pipe_memory(sc, pp, v, m_busiest, infl_mem, lay.head_on_first, xp)
+
+    def memory_at(f):
+        return memory_per_gpu(k, fl, rc, rg, owned, P_dense, P_exp, tp, ep, et, tok, Ls, Ls_dense, Ls_moe, pm, f, xp)
+    if types:          # each GPU type's ranks against their own HBM (hetero.typed_memory)
+        memory, deficit = typed_memory(types, hs.memory_types, memory_at, xp)
+    else:
+        memory = memory_at(1.0)
+        deficit = xp.maximum(0.0, memory - k.hbm_bytes)
 
     # ---- FLOPs, MFU (model FLOPs, non-causal attention: PaLM / Megatron convention) ----
     act_params_layer = (k.attn_params + (1 - k.moe_frac) * k.dense_mlp_params

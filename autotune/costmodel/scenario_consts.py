@@ -26,7 +26,8 @@ class ScenarioConsts:
     mlp_mats: float; attn_params: float; dense_mlp_params: float; moe_other_params: float
     expert_params: float; global_batch: float; n_gpus: float
     B: float; G_b: float; node: float; zone: float; b_pp_hybrid: float; b_dp_hybrid: float
-    peak_lin: float; peak_bf16: float; peak_precision: float; ridge: float
+    peak_lin: float; peak_bf16: float; ridge: float
+    peak_precision: float        # datasheet peak at the precision, GPU-weighted mean over the buildings (MFU)
     gemm_out_weight: float       # 2 for fp8 GEMMs (bf16 output, 1-byte operands; kernels.gemm_efficiency)
     hbm_bytes: float; hbm_Bps: float; nvlink_Bps: float; nvlink_alpha_s: float; nic_Bps: float
     so_Bps: float; so_alpha_s: float; cz_Bps: float; cz_alpha_s: float
@@ -142,7 +143,7 @@ def _compute_consts(scenario: Scenario, params: CostParams) -> ScenarioConsts:
         global_batch=scenario.global_batch_seqs, n_gpus=c.n_gpus,
         B=c.n_buildings, G_b=G_b, node=min(g.nvlink_domain_gpus for g in gpus), zone=zone,
         b_pp_hybrid=b_pp_h, b_dp_hybrid=b_dp_h,
-        peak_lin=peak_lin, peak_bf16=peak_bf16, gemm_out_weight=2.0 if scenario.precision == "fp8" else 1.0, peak_precision=slow.peak_flops(scenario.precision),
+        peak_lin=peak_lin, peak_bf16=peak_bf16, gemm_out_weight=2.0 if scenario.precision == "fp8" else 1.0, peak_precision=sum(b.gpus * b.gpu.peak_flops(scenario.precision) for b in c.buildings) / c.n_gpus,
         ridge=ridge,
         hbm_bytes=min(g.hbm_bytes for g in gpus), hbm_Bps=min(g.hbm_bandwidth_Bps for g in gpus),
         nvlink_Bps=nvlink_Bps, nvlink_alpha_s=nvlink_alpha_s, nic_Bps=nic,

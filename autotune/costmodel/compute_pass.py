@@ -1,0 +1,52 @@
+"""Compute of one micro-batch's forward, backward and weight-gradient passes on the bottleneck
+rank (no exchanges), from the per-layer kernel times of ``terms.compute_terms``."""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from ..specs.codes import Recompute
+from .terms import ComputeTerms, compute_terms
+
+
+class PassCompute(NamedTuple):
+    """Seconds per micro-batch on the bottleneck rank; ``ct`` holds the per-layer kernel times."""
+    ct: ComputeTerms
+    lin_f: object    # forward GEMMs, whole
+    lin_x: object    # forward GEMMs as TP comm overlap splits them (lin_f without it)
+    core_f: object   # attention core, forward
+    t_f: object      # forward compute
+    t_b: object      # backward compute (input gradients, recomputation)
+    t_w: object      # weight-gradient GEMMs
+
+    @property
+    def total(self):
+        return self.t_f + self.t_b + self.t_w
+
+
+def pass_compute(k, p, batch, lay, xp, mb, cp, tp, ep, et, rc) -> PassCompute:
+    """Layer kernel times (``compute_terms``, once per distinct micro-batch, cp, tp, ep and etp)
+    times the rank's layers (``lay``: dense and MoE layers). Forward: GEMMs + attention core +
+    element-wise passes (MoE permutation on MoE layers) + the head; weight gradients: one GEMM
+    per forward GEMM; backward: the input-gradient GEMMs, the attention core's backward
+    (``attention_backward_time_ratio`` x forward), the element-wise passes again and the
+    recomputed forward (full: all of it; selective: the attention core). All scaled by the
+    framework class (``k.compute_scale``, WorkloadSpec.framework)."""
+    ct = ComputeTerms(*xp.by_key((batch["micro_batch"], batch["cp"], batch["tp"], batch["ep"], batch.get("etp", 0)),
+                                 lambda mb_, cp_, tp_, ep_, et_: tuple(compute_terms(k, p, mb_, cp_, tp_, ep_, et_, xp)),
+                                 mb, cp, tp, ep, et))
+    Ls, Ls_dense, Ls_moe = lay.Ls, lay.Ls_dense, lay.Ls_moe
+    lin_f = Ls_dense * (ct.attn_lin + ct.mlp_dense) + Ls_moe * (ct.attn_lin + ct.moe_lin)
+    # forward and input-gradient GEMMs run in tp chunks under TP comm overlap, weight gradients whole
+    lin_x = Ls_dense * (ct.attn_lin_split + ct.mlp_dense_split) + Ls_moe * (ct.attn_lin_split + ct.moe_lin) \
+        if k.tp_overlap else lin_f
+    core_f = Ls * ct.core
+    elem_f = Ls * ct.elem + Ls_moe * ct.moe_permute
+    t_head = ct.head
+    fw = k.compute_scale
+    if fw != 1.0:
+        lin_f, lin_x, core_f, elem_f, t_head = fw * lin_f, fw * lin_x, fw * core_f, fw * elem_f, fw * t_head
+    t_f = lin_x + core_f + elem_f + t_head
+    t_w = lin_f + t_head
+    recompute_extra = xp.where(rc == Recompute.FULL, t_f, xp.where(rc == Recompute.SELECTIVE, core_f, 0.0))
+    t_b = lin_x + t_head + p.attention_backward_time_ratio * core_f + elem_f + recompute_extra
+    return PassCompute(ct, lin_f, lin_x, core_f, t_f, t_b, t_w)
