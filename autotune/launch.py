@@ -75,7 +75,7 @@ def hetero_notes(scenario, cfg: Config, params=None) -> list[str]:
         gpus.setdefault(b.gpu, []).append(b.name if getattr(b, "name", None) else b.gpu.name)
     types = speed_types(scenario, p)
     what = "micro-batches per step on each DP replica" if cfg.placement == "dp_out" else "layers on each pipeline stage"
-    parts = [f"{gpu.name} ({sp:.2f}x the slowest): {int(n)}" for (gpu, _), (sp, *_), n in zip(gpus.items(), types, plan)]
+    parts = [f"{gpu.name} ({sp:.2f}x the slowest on one reference layer): {int(n)}" for (gpu, _), (sp, *_), n in zip(gpus.items(), types, plan)]
     return [f"hetero_split=by_speed: {what}: " + "; ".join(parts) + " (set by hand: no framework flag)"]
 
 

@@ -53,7 +53,7 @@ def sweep(scenario, axis: str, values=None, params=None, nominal=None) -> dict:
             raise UserInputError("--values", v, f"values the cross_building {field} accepts ({type(e).__name__})") \
                 from None
         res = exhaustive_search(SearchSpace(s).require_legal(), params)
-        nom = evaluate(s, nominal, params, check=False)      # (memory does not depend on the link)
+        nom = evaluate(s, nominal, params, check=False)      # (memory does not depend on the link's bandwidth, latency or loss)
         points.append({"value": v, "best_s": res.best_iteration_time_s,
                        "best_config": res.best_config.model_dump() if res.best_config else None,
                        "nominal_best_s": nom.iteration_time_s if nom.feasible else math.nan})

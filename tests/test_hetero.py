@@ -89,9 +89,8 @@ def test_the_search_bound_stays_admissible_on_mixed_buildings(mixed, seed):
     assert (lb <= real * (1 + 1e-12)).all()
 
 
-def test_exact_search_on_mixed_buildings_equals_brute_force():
-    scen = build_scenario("llama3-8b", "metro-2bldg", gpus=256, overrides=["cluster.buildings.1.gpu=a100-80gb"])
-    space = SearchSpace(scen, cp_values=(1, 2), micro_batches=(1, 2))
+def brute_force_best(scen, space):
+    """(seconds, Config) of the fastest feasible configuration, every legal one evaluated."""
     best_t, best_cfg = np.inf, None
     for b in space.enumerate(1 << 17):
         out = evaluate_batch(scen, b, check=False)
@@ -99,6 +98,13 @@ def test_exact_search_on_mixed_buildings_equals_brute_force():
         i = int(np.argmin(t))
         if t[i] < best_t:
             best_t, best_cfg = float(t[i]), config_at(b, i)
+    return best_t, best_cfg
+
+
+def test_exact_search_on_mixed_buildings_equals_brute_force():
+    scen = build_scenario("llama3-8b", "metro-2bldg", gpus=256, overrides=["cluster.buildings.1.gpu=a100-80gb"])
+    space = SearchSpace(scen, cp_values=(1, 2), micro_batches=(1, 2))
+    best_t, best_cfg = brute_force_best(scen, space)
     res = exhaustive_search(space)
     assert res.best_iteration_time_s == best_t and res.best_config == best_cfg
     assert best_cfg.hetero_split == "by_speed"
@@ -196,3 +202,35 @@ def test_each_gpu_type_holds_its_layers_against_its_own_hbm():
     assert not even.feasible and 80e9 < even.memory_per_gpu_bytes < 180e9
     assert by.feasible and by.memory_per_gpu_bytes > even.memory_per_gpu_bytes > 80e9
     assert by.iteration_time_s < even.iteration_time_s
+
+
+def test_memory_floor_rows_are_a_floor_under_every_transport(mixed):
+    """dp_out shares by speed: the busiest replica's share follows each type's pace, exchanges
+    included, so memory may change with the transport knobs; the exact search checks those rows
+    at the even split's memory (``memory_floor_rows``), never above any transport row's."""
+    from autotune.strategies.exhaustive import memory_floor_rows
+    space = SearchSpace(mixed, load_balancing=("ecmp", "qp_spray"), loss_recovery=("gbn", "sr"))
+    b = space.sample(6000, seed=3)
+    floor = evaluate_batch(mixed, memory_floor_rows(b), check=False)
+    moved = 0
+    for f in ("xb_load_balancing", "xb_loss_recovery", "nccl_channels", "xb_queue_pairs"):
+        u = np.unique(b[f])
+        alt = dict(b, **{f: np.where(b[f] == u[0], u[-1], u[0])})
+        for rows in (b, alt):
+            out = evaluate_batch(mixed, rows, check=False)
+            assert (floor["memory_per_gpu_bytes"] <= out["memory_per_gpu_bytes"] * (1 + 1e-12)).all()
+            assert (floor["feasible"] | ~out["feasible"]).all()
+        moved += int((~np.isclose(evaluate_batch(mixed, alt, check=False)["memory_per_gpu_bytes"],
+                                  evaluate_batch(mixed, b, check=False)["memory_per_gpu_bytes"])).sum())
+    assert moved > 0        # the case is real: some rows' memory moves with a transport knob
+
+
+def test_exact_search_on_mixed_buildings_with_transport_knobs_equals_brute_force():
+    """The same as above with two NCCL channel counts and both loss recoveries: the knobs that
+    move a dp_out by-speed row's micro-batch shares, and with them its memory."""
+    scen = build_scenario("llama3-8b", "metro-2bldg", gpus=256, overrides=["cluster.buildings.1.gpu=a100-80gb"])
+    space = SearchSpace(scen, cp_values=(1,), micro_batches=(1, 2), channels=(4, 16), loss_recovery=("gbn", "sr"),
+                        chunks=(2,), schedules=("gpipe", "1f1b"))
+    best_t, best_cfg = brute_force_best(scen, space)
+    res = exhaustive_search(space, top_k=1)
+    assert res.best_iteration_time_s == best_t and res.best_config == best_cfg

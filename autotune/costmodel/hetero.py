@@ -1,5 +1,6 @@
-"""Buildings of different GPU speeds: each GPU type's speed from the model's own reference layer
-(``speed_types``) and the work shares between them under ``hetero_split`` (``hetero_shares``)."""
+"""Buildings of different GPU speeds: each GPU type's kernel times and links (``speed_types``), its
+speed on each configuration (``row_speeds``), the work shares between them under ``hetero_split``
+(``hetero_shares``, ``min_makespan``) and each type's memory against its own HBM (``typed_memory``)."""
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -16,9 +17,9 @@ _SPEEDS: dict = {}
 
 class SpeedType(NamedTuple):
     """One GPU type of a mixed cluster (``speed_types``)."""
-    speed: float    # reference layer's speed over the slowest GPU's (>= 1)
+    speed: float    # one reference layer's speed over the slowest GPU's (>= 1; launch notes, tests)
     share: float    # share of the cluster's GPUs
-    link: float     # its exchanges inside a building over the slowest links' (>= 1)
+    link: float     # its exchanges inside a building over the cluster's slowest NVLink / NIC (>= 1)
     nic: float      # its NIC over the slowest NIC (>= 1)
     consts: object  # ScenarioConsts of a cluster of this GPU alone (its kernel times)
 
@@ -95,9 +96,10 @@ def hetero_shares(types: tuple, speeds: list, L, p: CostParams, batch, m, pp, Ls
                   xp) -> HeteroShares:
     """Work shares between buildings of different speeds (``types``, from ``speed_types``: share
     w_j of the GPUs, exchanges r_j >= 1 times faster on its own links, NIC n_j >= 1 times; per
-    configuration ``speeds`` s_j >= 1 over the slowest GPU, ``row_speeds``; L layers). ``pace_at(s, x=1)``: the bottleneck rank's time per micro-batch when
-    its compute runs s times faster than the slowest GPU's and its exchanges and FSDP gathers
-    take x times as long (pipeline sends unchanged; ``pace_at(1)`` is the even split's pace).
+    configuration ``speeds`` s_j >= 1 over the slowest GPU, ``row_speeds``; L layers; Ls the
+    even split's layers a stage, rounded up to whole model chunks). ``pace_at(s, x=1, xg=x)``: the bottleneck rank's time per micro-batch when
+    its compute runs s times faster than the slowest GPU's, its exchanges take x times as long
+    and its FSDP gathers xg times (pipeline sends unchanged; ``pace_at(1)``: the even split's).
     A rank of type j takes T_j = pace_at(s_j, 1 / r_j) per micro-batch with an even share (its
     FSDP gathers at the slowest links: under dp_out they may cross buildings).
 
@@ -113,7 +115,8 @@ def hetero_shares(types: tuple, speeds: list, L, p: CostParams, batch, m, pp, Ls
       replica, so they may add up to a little more than M. The step's DP collectives cross
       buildings at the slowest links (factor 1).
     - pp_out (pp / B stages per building, equal buildings): a stage on type j holds L_j >= 1
-      layers, the counts whose slowest stage is fastest with sum_j pp w_j L_j >= L
+      layers (any count: Megatron-Core's pipeline layout sets each virtual stage's layers), the
+      counts whose slowest stage is fastest with sum_j pp w_j L_j >= L
       (``min_makespan`` on compute, L_j / s_j, so that the split, and with it the memory, does
       not depend on the transport; continuous: L s_j / S, S = pp sum_j(w_j s_j)): compute
       factor max_j(L_j / s_j) / Ls; per-layer exchanges and FSDP gathers max_j(L_j / r_j) / Ls;
@@ -172,8 +175,10 @@ def hetero_shares(types: tuple, speeds: list, L, p: CostParams, batch, m, pp, Ls
 
 def typed_memory(types: tuple, factors: tuple, memory_at, xp):
     """(memory, deficit) of a mixed cluster: each GPU type's ranks hold ``memory_at(f)`` bytes
-    (the layer-held part times f, ``HeteroShares.memory_types``) against their own HBM; the
-    largest holding and the largest shortfall over the types. ``memory_at`` is linear in f."""
+    (parameters, gradients, optimizer states and activations times f, the buffers and reserve
+    not; ``HeteroShares.memory_types``) against their own HBM; the largest holding and the
+    largest shortfall over the types. ``memory_at`` is linear in f. Under dp_out every type is
+    charged the busiest replica's in-flight micro-batches (conservative for the slow types)."""
     fixed = memory_at(0.0)
     held = memory_at(1.0) - fixed
     mem = deficit = None

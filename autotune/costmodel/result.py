@@ -12,8 +12,13 @@ BREAKDOWN_KEYS = ("compute_s", "tp_comm_s", "cp_comm_s", "ep_comm_s", "pp_bubble
                   "dp_comm_s", "optimizer_s")
 
 
-def infeasible_reason(memory_bytes: float, hbm_bytes: float) -> str:
+def infeasible_reason(memory_bytes: float, hbm_bytes: float, deficit_bytes: float | None = None) -> str:
+    """One line. On mixed GPU types (``deficit_bytes`` not memory - HBM) the GPU type short of
+    memory may not be the one that holds the most (``hetero.typed_memory``)."""
     need, have = memory_bytes / 2**30, hbm_bytes / 2**30
+    if deficit_bytes is not None and abs(memory_bytes - hbm_bytes - deficit_bytes) > 1.0:
+        return (f"out of memory: a GPU type is short by {deficit_bytes:.0f} bytes "
+                f"(the fullest GPU holds {need:.1f} GiB)")
     return (f"out of memory: needs {need:.1f} GiB per GPU, has {have:.1f} GiB "
             f"(short by {memory_bytes - hbm_bytes:.0f} bytes)")
 
@@ -47,7 +52,8 @@ class Evaluation:
             mfu=float(out["mfu"]), hfu=float(out["hfu"]),
             memory_per_gpu_bytes=float(out["memory_per_gpu_bytes"]),
             memory_deficit_bytes=float(out["memory_deficit_bytes"]), feasible=feasible,
-            reason="" if feasible else infeasible_reason(float(out["memory_per_gpu_bytes"]), hbm_bytes),
+            reason="" if feasible else infeasible_reason(float(out["memory_per_gpu_bytes"]), hbm_bytes,
+                                                         float(out["memory_deficit_bytes"])),
             breakdown={kk: float(out[kk]) for kk in BREAKDOWN_KEYS},
             traffic={kk: float(out[kk]) for kk in TRAFFIC_KEYS} | {"micro_batches": float(out["micro_batches"])},
             exposure={"dp_link_s": float(out["dp_link_s"]), "dp_exposed_s": float(out["dp_exposed_s"]),

@@ -126,15 +126,17 @@ N_FEATURES = N_SCENARIO_FEATURES + len(BREAKDOWN_KEYS) + 1
 
 def fitting_space(space: SearchSpace) -> SearchSpace:
     """A copy of ``space`` whose legal core keeps only the rows the memory model says fit (the
-    exact search's first pass, ``exhaustive.core_fits_and_bounds``; transport knobs never change
-    memory). The agent's actions decode over it, so every proposal fits by the model. Where no row
-    fits, the space itself: its proposals are then out of memory, and reported so."""
+    exact search's first pass, ``exhaustive.core_fits_and_bounds``, at each core row's own
+    transport knobs). The agent's actions decode over it, so every proposal fits by the model,
+    except that a dp_out row sharing micro-batches by speed between GPU types, decoded with other
+    transport knobs, may not (its shares, and memory, follow the exchanges). Where no row fits,
+    the space itself: its proposals are then out of memory, and reported so."""
     import copy
 
     from autotune.space import take
     from autotune.strategies.exhaustive import core_fits_and_bounds
     core = space.legal_core
-    fits, _ = core_fits_and_bounds(space.scenario, core)
+    fits, _ = core_fits_and_bounds(space.scenario, core, floor=False)
     if not fits.any():
         return space
     out = copy.copy(space)

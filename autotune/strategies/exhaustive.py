@@ -14,7 +14,7 @@ from ..costmodel.bounds import bound_params, transport_free
 from ..costmodel.iteration import evaluate_batch
 from ..costmodel.params import CostParams
 from ..space import SearchSpace, config_at, take
-from ..specs.codes import LoadBalancing, LossRecovery
+from ..specs.codes import HeteroSplit, LoadBalancing, LossRecovery, Placement
 
 _SR, _ECMP = LossRecovery.SR, LoadBalancing.ECMP
 
@@ -85,17 +85,34 @@ def _pool(workers: int, job: dict):
     return ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn"), initializer=_init_worker, initargs=(job,))
 
 
-def search_job(scen, core: dict, params: CostParams | None, transport: dict | None = None) -> dict:
+def search_job(scen, core: dict, params: CostParams | None, transport: dict | None = None, floor: bool = True) -> dict:
     """What a chunk needs: the scenario and its transport-free copy, the core rows, the
-    parameters and their bound, the transport grid."""
+    parameters and their bound, the transport grid, and whether memory is checked at its floor
+    (``core_fits_and_bounds``)."""
     return {"scen": scen, "core": core, "params": params, "free": transport_free(scen), "bp": bound_params(params),
-            "transport": transport, "nt": len(transport["collective"]) if transport else 0}
+            "transport": transport, "nt": len(transport["collective"]) if transport else 0, "floor": floor}
+
+
+def memory_floor_rows(core: dict) -> dict:
+    """Core rows whose memory is the least any of their transport rows can have. Memory does not
+    depend on the transport knobs, except for dp_out rows sharing micro-batches by speed between
+    GPU types: their busiest replica's share follows each type's pace, exchanges included
+    (``hetero.hetero_shares``), and is never below the even split's. Those rows are checked at
+    the even split, a floor; each transport row is then checked in full (``_best_of_chunk``)."""
+    hs = core.get("hetero_split")
+    if hs is None:
+        return core
+    floor = (hs == HeteroSplit.BY_SPEED) & (core["placement"] == Placement.DP_OUT)
+    if not floor.any():
+        return core
+    return dict(core, hetero_split=np.where(floor, HeteroSplit.EVEN, hs).astype(hs.dtype))
 
 
 def _fits_bounds_chunk(sl: slice, job: dict | None = None):
     j = job or _JOB
     c = take(j["core"], sl)
-    fits = evaluate_batch(j["scen"], c, j["params"], check=False)["feasible"]
+    fits = evaluate_batch(j["scen"], memory_floor_rows(c) if j["floor"] else c, j["params"],
+                          check=False)["feasible"]
     c_lb = dict(c)                           # no loss recovery penalty on the free link
     c_lb["xb_loss_recovery"] = np.full_like(c["xb_loss_recovery"], _SR)
     c_lb["xb_load_balancing"] = np.full_like(c["xb_load_balancing"], _ECMP)
@@ -103,15 +120,19 @@ def _fits_bounds_chunk(sl: slice, job: dict | None = None):
 
 
 def core_fits_and_bounds(scen, core: dict, params: CostParams | None = None,
-                         chunk_rows: int = 1 << 18, pool=None, job: dict | None = None) -> tuple[np.ndarray, np.ndarray]:
+                         chunk_rows: int = 1 << 18, pool=None, job: dict | None = None,
+                         floor: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """For every core row (no transport knobs): does it fit in memory, and a lower bound on its
     iteration time under any transport (``costmodel.bounds``: the row on the transport-free
     scenario with DP collectives at zero, selective repeat and ECMP on the free link). ``pool``:
-    a ``_pool`` made with ``job`` (``search_job`` of this scen, core and params)."""
+    a ``_pool`` made with ``job`` (``search_job`` of this scen, core and params, whose ``floor``
+    then rules). ``floor``: the fit of rows whose memory depends on the transport is their floor
+    (``memory_floor_rows``; a search then checks each transport row); False: at the core row's
+    own transport knobs."""
     n_core = len(core["tp"])
     slices = [slice(s, min(n_core, s + chunk_rows)) for s in range(0, n_core, chunk_rows)]
     if pool is None:
-        job = job or search_job(scen, core, params)
+        job = job or search_job(scen, core, params, floor=floor)
         parts = [_fits_bounds_chunk(sl, job) for sl in slices]
     else:
         parts = list(pool.map(_fits_bounds_chunk, slices))
@@ -130,7 +151,8 @@ def _best_of_chunk(args, job: dict | None = None):
     k = len(live)
     b = {f: np.repeat(v, nt) for f, v in c.items() if f not in t}
     b.update({f: np.tile(v, k) for f, v in t.items()})
-    times = evaluate_batch(j["scen"], b, j["params"], check=False)["iteration_time_s"]
+    out = evaluate_batch(j["scen"], b, j["params"], check=False)
+    times = np.where(out["feasible"], out["iteration_time_s"], np.inf)   # memory_floor_rows may let a row in
     gidx = np.repeat(live, nt) * nt + np.tile(np.arange(nt), k)
     ok = np.flatnonzero(times <= kth)
     if len(ok) > top_k:                      # the chunk's K best, ties by enumeration order
@@ -144,7 +166,9 @@ def exhaustive_search(space: SearchSpace, params: CostParams | None = None, chun
 
     Memory first: each legal core row (degrees, placement, flavour, schedule, micro-batch,
     recomputation) is evaluated once; rows that do not fit are dropped with all their transport
-    variants (the transport never changes memory). Branch-and-bound: the rest are visited in the
+    variants (the transport never changes memory, except for dp_out shares by speed between GPU
+    types: those rows are checked at their floor, ``memory_floor_rows``, and each of their
+    transport rows in full; ``feasible_count`` counts them at the floor). Branch-and-bound: the rest are visited in the
     order of a lower bound (the row with every transport-dependent term at zero, ``costmodel.bounds``), each
     crossed with every transport row; once the next row's bound exceeds the incumbent, no later
     row can beat it and the search stops. Ties resolve to the first row in enumeration order, as a
