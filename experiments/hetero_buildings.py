@@ -2,6 +2,7 @@
 
     python experiments/hetero_buildings.py                    # 12 generated scenarios
     python experiments/hetero_buildings.py --scenarios 4      # quicker
+    python experiments/hetero_buildings.py --example          # the README's 3 x H100 + 2 x A100 example
 
 Each scenario is a test-split design point (``autotune.envs.design_points.sample_scenario``,
 seeded: not a preset, not a PPO training point) at 256 GPUs per building; then, seeded too, a GPU
@@ -43,6 +44,7 @@ class Args:
     seed: int = 23              # of the scenario generator (test split) and the GPU draws
     gpus_per_building: int = 256
     out: str = "experiments/results"
+    example: bool = False       # only the README's example: llama3-405b x campus-5bldg, buildings 3 and 4 on A100
 
 
 def best_time(scen, **space_opts):
@@ -54,8 +56,22 @@ def best_time(scen, **space_opts):
     return (r.best_iteration_time_s, r.best_config) if r.best_config is not None else (None, None)
 
 
+def readme_example() -> None:
+    """The README's mixed-GPU example (its ``autotune search`` command): every building by speed,
+    every building evenly, and the three H100 buildings alone at the same global batch."""
+    scen = build_scenario("llama3-405b", "campus-5bldg",
+                          overrides=["cluster.buildings.3.gpu=a100-80gb", "cluster.buildings.4.gpu=a100-80gb"])
+    t_all, cfg = best_time(scen)
+    t_even, _ = best_time(scen, hetero=("even",))
+    t_fast, _ = best_time(buildings_only(scen, [0, 1, 2]))
+    print(f"every building, shares free: {t_all:.2f} s ({cfg.hetero_split}); every building, even shares: "
+          f"{t_even:.2f} s; the three H100 buildings alone: {t_fast:.2f} s")
+
+
 def main() -> None:
     args = dataclass_args(Args, __doc__)
+    if args.example:
+        return readme_example()
     rng = np.random.default_rng(args.seed)
     rows = []
     t0 = time.perf_counter()
