@@ -3,6 +3,7 @@ speed on each configuration (``row_speeds``), the work shares between them under
 (``hetero_shares``, ``min_makespan``) and each type's memory against its own HBM (``typed_memory``)."""
 from __future__ import annotations
 
+from functools import reduce
 from typing import NamedTuple
 
 import numpy as np
@@ -97,9 +98,10 @@ def hetero_shares(types: tuple, speeds: list, L, p: CostParams, batch, m, pp, Ls
     """Work shares between buildings of different speeds (``types``, from ``speed_types``: share
     w_j of the GPUs, exchanges r_j >= 1 times faster on its own links, NIC n_j >= 1 times; per
     configuration ``speeds`` s_j >= 1 over the slowest GPU, ``row_speeds``; L layers; Ls the
-    even split's layers a stage, rounded up to whole model chunks). ``pace_at(s, x=1, xg=x)``: the bottleneck rank's time per micro-batch when
-    its compute runs s times faster than the slowest GPU's, its exchanges take x times as long
-    and its FSDP gathers xg times (pipeline sends unchanged; ``pace_at(1)``: the even split's).
+    even split's layers a stage, rounded up to whole model chunks). ``pace_at(s, x=1, xg=x)``:
+    the bottleneck rank's time per micro-batch when its compute runs s times faster than the
+    slowest GPU's, its exchanges take x times as long and its FSDP gathers xg times (pipeline
+    sends unchanged; ``pace_at(1)``: the even split's).
     A rank of type j takes T_j = pace_at(s_j, 1 / r_j) per micro-batch with an even share (its
     FSDP gathers at the slowest links: under dp_out they may cross buildings).
 
@@ -145,12 +147,9 @@ def hetero_shares(types: tuple, speeds: list, L, p: CostParams, batch, m, pp, Ls
         t_up, mb_j = min_makespan(T_j, w, m, B0, span, xp)
         g_dp = xp.minimum(t_up, (m + B0) * T_1) / ((m + B0) * T_1)
         _, L_j = min_makespan([1.0 / s for s in speeds], w, L / pp, 0.0, span, xp)   # compute: no transport
-        g_c = g_x = g_n = None
-        for lj, s, ty in zip(L_j, speeds, types):
-            g_c = lj / s if g_c is None else xp.maximum(g_c, lj / s)
-            g_x = lj / ty.link if g_x is None else xp.maximum(g_x, lj / ty.link)
-            g_n = lj / ty.nic if g_n is None else xp.maximum(g_n, lj / ty.nic)
-        g_c, g_x, g_n = g_c / Ls, g_x / Ls, g_n / Ls
+        g_c = _max_of([lj / s for lj, s in zip(L_j, speeds)], xp) / Ls
+        g_x = _max_of([lj / ty.link for lj, ty in zip(L_j, types)], xp) / Ls
+        g_n = _max_of([lj / ty.nic for lj, ty in zip(L_j, types)], xp) / Ls
         use_pp = by & (pl == P_PP_OUT) & (g_c < 1.0)
     else:
         g_dp = 1.0 / (T_1 * rate)     # <= the whole-share factor, and monotone in every time
@@ -163,9 +162,7 @@ def hetero_shares(types: tuple, speeds: list, L, p: CostParams, batch, m, pp, Ls
         use_pp = by & (pl == P_PP_OUT)
     use_dp = by & (pl == P_DP_OUT) & (g_dp < 1.0)
     plan = tuple(xp.where(use_dp, n, xp.where(use_pp, lj, 0.0)) for n, lj in zip(mb_j, L_j))
-    busiest = None
-    for n in mb_j:
-        busiest = n if busiest is None else xp.maximum(busiest, n)
+    busiest = _max_of(mb_j, xp)
     mem_j = tuple(xp.where(use_pp, lj / Ls, 1.0) for lj in L_j) if integer else (1.0,) * len(types)
     return HeteroShares(xp.where(use_dp, g_dp, xp.where(use_pp, g_c, 1.0)),
                         xp.where(use_dp, g_dp, xp.where(use_pp, g_x, 1.0)),
@@ -173,21 +170,20 @@ def hetero_shares(types: tuple, speeds: list, L, p: CostParams, batch, m, pp, Ls
                         xp.where(use_pp, g_n, 1.0), mem_j)
 
 
-def typed_memory(types: tuple, factors: tuple, memory_at, xp):
-    """(memory, deficit) of a mixed cluster: each GPU type's ranks hold ``memory_at(f)`` bytes
-    (parameters, gradients, optimizer states and activations times f, the buffers and reserve
-    not; ``HeteroShares.memory_types``) against their own HBM; the largest holding and the
-    largest shortfall over the types. ``memory_at`` is linear in f. Under dp_out every type is
-    charged the busiest replica's in-flight micro-batches (conservative for the slow types)."""
-    fixed = memory_at(0.0)
-    held = memory_at(1.0) - fixed
-    mem = deficit = None
-    for ty, f in zip(types, factors):
-        m_j = f * held + fixed
-        d_j = xp.maximum(0.0, m_j - ty.consts.hbm_bytes)
-        mem = m_j if mem is None else xp.maximum(mem, m_j)
-        deficit = d_j if deficit is None else xp.maximum(deficit, d_j)
-    return mem, deficit
+def typed_memory(types: tuple, factors: tuple, held, fixed, xp):
+    """(memory, deficit) of a mixed cluster: each GPU type's ranks hold f held + fixed bytes
+    (``terms.memory_per_gpu``'s parts: states and activations scale with the layers, the buffers
+    and reserve do not; f from ``HeteroShares.memory_types``) against their own HBM; the largest
+    holding and the largest shortfall over the types. Under dp_out every type is charged the
+    busiest replica's in-flight micro-batches (conservative for the slow types)."""
+    mem_j = [f * held + fixed for f in factors]
+    return (_max_of(mem_j, xp),
+            _max_of([xp.maximum(0.0, m - ty.consts.hbm_bytes) for m, ty in zip(mem_j, types)], xp))
+
+
+def _max_of(xs: list, xp):
+    """Element-wise maximum of a non-empty list of arrays (or scalars)."""
+    return reduce(xp.maximum, xs)
 
 
 def min_makespan(unit_s: list, w: list, demand, offset, span: int, xp):
@@ -208,10 +204,8 @@ def min_makespan(unit_s: list, w: list, demand, offset, span: int, xp):
             P = (k0 + d + offset) * u0
             n = [xp.maximum(xp.floor(P / u - offset + 1e-9), 1.0) for u in unit_s]
             got = sum(wj * nj for wj, nj in zip(w, n))
-            pace = None
-            for u, nj in zip(unit_s, n):
-                pace = (nj + offset) * u if pace is None else xp.maximum(pace, (nj + offset) * u)
-            pace = xp.where(got >= demand - 1e-9, pace, np.inf)
+            last = _max_of([(nj + offset) * u for u, nj in zip(unit_s, n)], xp)
+            pace = xp.where(got >= demand - 1e-9, last, np.inf)
             if best is None:
                 best, best_n = pace, n
             else:

@@ -291,14 +291,12 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
 
     # ---- memory per GPU (bottleneck rank; terms.memory_per_gpu) ----
     infl_mem = in_flight_microbatches(sc, pp, v, m_busiest, xp) if types else infl   # the busiest replica's
-    pm = pipe_memory(sc, pp, v, m_busiest, infl_mem, lay.head_on_first, xp)
-
-    def memory_at(f):
-        return memory_per_gpu(k, fl, rc, rg, owned, P_dense, P_exp, tp, ep, et, tok, Ls, Ls_dense, Ls_moe, pm, f, xp)
+    held, fixed = memory_per_gpu(k, fl, rc, rg, owned, P_dense, P_exp, tp, ep, et, tok, Ls, Ls_dense, Ls_moe,
+                                 pipe_memory(sc, pp, v, m_busiest, infl_mem, lay.head_on_first, xp), xp)
     if types:          # each GPU type's ranks against their own HBM (hetero.typed_memory)
-        memory, deficit = typed_memory(types, hs.memory_types, memory_at, xp)
+        memory, deficit = typed_memory(types, hs.memory_types, held, fixed, xp)
     else:
-        memory = memory_at(1.0)
+        memory = held + fixed
         deficit = xp.maximum(0.0, memory - k.hbm_bytes)
 
     # ---- FLOPs, MFU (model FLOPs, non-causal attention: PaLM / Megatron convention) ----

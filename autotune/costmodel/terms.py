@@ -277,8 +277,10 @@ def sum_groups(parts: tuple) -> DPComm:
 
 
 def memory_per_gpu(k: ScenarioConsts, fl, rc, rg, owned, P_dense, P_exp, tp, ep, et, tok, Ls, Ls_dense, Ls_moe,
-                   pm: PipeMemory, hetero_memory, xp):
-    """Bytes one GPU holds at its peak (the bottleneck rank):
+                   pm: PipeMemory, xp):
+    """Bytes one GPU holds at its peak (the bottleneck rank), as (held, fixed): their sum is the
+    peak; ``held`` (states and activations) scales with the layers a rank holds, ``fixed`` (the
+    gather buffer and the reserve) does not (``hetero.typed_memory`` scales it per GPU type):
     - states: mixed-precision Adam, 2 + 4 + 12 bytes per parameter (ZeRO paper), the optimizer's
       ``owned`` share sharded per DP flavour; FSDP that does not reshard within the step holds
       unsharded gradients (regather forward, never) and weights (never) between micro-batches;
@@ -297,9 +299,7 @@ def memory_per_gpu(k: ScenarioConsts, fl, rc, rg, owned, P_dense, P_exp, tp, ep,
     for eager (``autotune memory``). The fused accounting keeps adding one micro-batch's logits to the
     first rank under a pipeline: an in-sample choice, the playbook's measured nanotron peaks (60
     rows) are 9.3% off that way and 16.1% with the larger of the two ranks, as their pipeline ranks
-    hold more than this accounting explains (most pp > 1 rows are under-predicted either way).
-    ``hetero_memory`` scales the layer-held part where faster buildings hold more layers
-    (``hetero_shares``)."""
+    hold more than this accounting explains (most pp > 1 rows are under-predicted either way)."""
     per_param_full = k.weight_bytes + k.grad_bytes + k.optimizer_bytes
     sharded_all = (fl == F_FSDP) | (fl == F_HSDP)
     held = (k.grad_bytes if rg != FSDP_EVERY_PASS else 0.0) + (k.weight_bytes if rg == FSDP_NEVER else 0.0)
@@ -319,7 +319,7 @@ def memory_per_gpu(k: ScenarioConsts, fl, rc, rg, owned, P_dense, P_exp, tp, ep,
                         xp.maximum(first + recv, head))
     else:       # fused: one micro-batch's logits on top of the first rank's activations (see the docstring)
         acts = first + logits_bytes(k, tok, tp, pm.pp, 1.0)
-    return hetero_memory * (states + acts) + gather_buf + C.FRAMEWORK_RESERVED_BYTES
+    return states + acts, gather_buf + C.FRAMEWORK_RESERVED_BYTES
 
 
 def act_per_microbatch(k: ScenarioConsts, rc, tok, tp, Ls, Ls_dense, Ls_moe, xp):
