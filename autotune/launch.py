@@ -94,6 +94,16 @@ MEGATRON_COMMIT = "d98e8a64ddf34856e74b24714e3bedb2f5a39553"
 (megatron/training/arguments.py and the dataclasses its options are generated from)."""
 
 
+def balanced_last_stage_layers(scenario, cfg: Config) -> int:
+    """Layers beside the head in the balanced layout (``terms.layers_on_rank``) at pp_chunks 1."""
+    from .costmodel.params import default_params
+    from .costmodel.scenario_consts import scenario_consts
+    from .costmodel.terms import layers_on_rank
+    from .costmodel.xp import SCALAR
+    k = scenario_consts(scenario, default_params())
+    return int(layers_on_rank(k, float(cfg.pp), float(cfg.pp_chunks), SCALAR)[3])
+
+
 def megatron_args(scenario, cfg: Config) -> tuple[list[str], list[str]]:
     """(Megatron-LM command-line options, notes on what it cannot express) for the configuration.
     ``--ddp-bucket-size`` counts parameters, not bytes."""
@@ -122,7 +132,17 @@ def megatron_args(scenario, cfg: Config) -> tuple[list[str], list[str]]:
                 notes.append("ep_comm_overlap: Megatron-Core overlaps the EP all-to-all only at pp 1 or with the "
                              "interleaved schedule, without full recomputation; not set (the cost model gives it "
                              "no credit here either)")
-    if cfg.pp_schedule == "interleaved_1f1b":
+    layout = wl.resolved_pipeline_layout if cfg.pp > 1 else "even"
+    if layout == "ends":
+        args += ["--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split"]
+    elif layout == "balanced":
+        last = balanced_last_stage_layers(scenario, cfg)
+        if cfg.pp_chunks == 1:
+            args.append(f"--decoder-last-pipeline-num-layers {last}")
+        else:
+            notes.append(f"pipeline_layout=balanced: {last} layers on the head's rank; write the split as "
+                         "--pipeline-model-parallel-layout")
+    if cfg.pp_schedule == "interleaved_1f1b" and layout == "even":
         per_stage = m.n_layers // (cfg.pp * cfg.pp_chunks)
         if per_stage * cfg.pp * cfg.pp_chunks == m.n_layers:
             args.append(f"--num-layers-per-virtual-pipeline-stage {per_stage}")

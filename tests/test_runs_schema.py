@@ -169,3 +169,29 @@ def test_a_framework_class_without_rows_keeps_its_start_value(tmp_path):
     params, _ = V.fit_params(cases=cases)
     for fw in ("deepspeed", "pytorch", "nanotron", "jax"):
         assert getattr(params, f"framework_efficiency_{fw}") == 1.0
+
+
+@pytest.mark.parametrize("text, want", [
+    ("even", "even"), ("uniform", "even"), ("Megatron default", "even"), ("ends", "ends"),
+    ("first/last stage one layer fewer", "ends"), ("--account-for-embedding-in-pipeline-split", "ends"),
+    ("input_weight=1, output_weight=1", "ends"), ("balanced", "balanced"), ("split by compute cost", "balanced"),
+    ("by FLOPs", "balanced"),
+])
+def test_pipeline_layout_spellings(text, want):
+    from autotune.validation.columns import map_pipeline_layout
+    assert map_pipeline_layout(text) == want
+
+
+def test_pipeline_layout_column_and_its_defaults(tmp_path):
+    """Stated: used. Unstated with pp > 1: torchtitan's ends, nanotron's balanced, else even,
+    printed with the row; a value that names no layout skips the row."""
+    pp = {"pp": "4", "dp": "8", "pipeline_schedule": "1F1B"}
+    p = _write(tmp_path, [{**pp, "pipeline_layout": "first and last stage one layer fewer"},
+                          {**pp, "framework": "torchtitan"}, {**pp, "framework": "nanotron"}, {**pp},
+                          {**pp, "pipeline_layout": "zigzag"}])
+    cases, skipped = V.read_runs(p)
+    assert [c.scenario.workload.resolved_pipeline_layout for c in cases] == ["ends", "ends", "balanced", "even"]
+    assert not any(a.startswith("pipeline_layout") for a in cases[0].assumptions)
+    assert "pipeline_layout=ends (not stated; torchtitan's default)" in cases[1].assumptions
+    assert "pipeline_layout=balanced (not stated; nanotron's default)" in cases[2].assumptions
+    assert len(skipped) == 1 and skipped[0]["column"] == "pipeline_layout" and skipped[0]["value"] == "zigzag"

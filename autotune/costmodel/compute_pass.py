@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from ..specs.codes import Recompute
+from .scenario_consts import LAYOUT_EVEN
 from .terms import ComputeTerms, compute_terms
 
 
@@ -26,11 +27,13 @@ class PassCompute(NamedTuple):
 def pass_compute(k, p, batch, lay, xp, mb, cp, tp, ep, et, rc) -> PassCompute:
     """Layer kernel times (``compute_terms``, once per distinct micro-batch, cp, tp, ep and etp)
     times the rank's layers (``lay``: dense and MoE layers). Forward: GEMMs + attention core +
-    element-wise passes (MoE permutation on MoE layers) + the head; weight gradients: one GEMM
+    element-wise passes (MoE permutation on MoE layers) + the head and its loss; weight gradients: one GEMM
     per forward GEMM; backward: the input-gradient GEMMs, the attention core's backward
     (``attention_backward_time_ratio`` x forward), the element-wise passes again and the
     recomputed forward (full: all of it; selective: the attention core). All scaled by the
-    framework class (``k.compute_scale``, WorkloadSpec.framework)."""
+    framework class (``k.compute_scale``, WorkloadSpec.framework). The bottleneck rank is the
+    heavier of the head's rank (``lay.Ls_last`` layers and the head) and the rank with the most
+    layers (``lay.Ls``; the same rank in the even layout, see ``terms.layers_on_rank``)."""
     ct = ComputeTerms(*xp.by_key((batch["micro_batch"], batch["cp"], batch["tp"], batch["ep"], batch.get("etp", 0)),
                                  lambda mb_, cp_, tp_, ep_, et_: tuple(compute_terms(k, p, mb_, cp_, tp_, ep_, et_, xp)),
                                  mb, cp, tp, ep, et))
@@ -41,12 +44,26 @@ def pass_compute(k, p, batch, lay, xp, mb, cp, tp, ep, et, rc) -> PassCompute:
         if k.tp_overlap else lin_f
     core_f = Ls * ct.core
     elem_f = Ls * ct.elem + Ls_moe * ct.moe_permute
-    t_head = ct.head
+    t_head, loss_f, loss_b = ct.head, ct.loss_f, ct.loss_b
     fw = k.compute_scale
     if fw != 1.0:
         lin_f, lin_x, core_f, elem_f, t_head = fw * lin_f, fw * lin_x, fw * core_f, fw * elem_f, fw * t_head
-    t_f = lin_x + core_f + elem_f + t_head
-    t_w = lin_f + t_head
-    recompute_extra = xp.where(rc == Recompute.FULL, t_f, xp.where(rc == Recompute.SELECTIVE, core_f, 0.0))
-    t_b = lin_x + t_head + p.attention_backward_time_ratio * core_f + elem_f + recompute_extra
-    return PassCompute(ct, lin_f, lin_x, core_f, t_f, t_b, t_w)
+        loss_f, loss_b = fw * loss_f, fw * loss_b
+    # the rank beside the head runs Ls_last layers and the head; the rank with the most layers,
+    # Ls and no head (the same rank where the layout gives the head's stage a full share)
+    r = lay.Ls_last / Ls
+    lin_f_h, lin_x_h, core_f_h, elem_f_h = r * lin_f, r * lin_x, r * core_f, r * elem_f
+    full, sel = rc == Recompute.FULL, rc == Recompute.SELECTIVE
+    t_f = lin_x_h + core_f_h + elem_f_h + t_head + loss_f
+    t_w = lin_f_h + t_head
+    recompute_extra = xp.where(full, t_f, xp.where(sel, core_f_h, 0.0))
+    t_b = lin_x_h + t_head + p.attention_backward_time_ratio * core_f_h + elem_f_h + recompute_extra + loss_b
+    if k.pp_layout == LAYOUT_EVEN:
+        return PassCompute(ct, lin_f_h, lin_x_h, core_f_h, t_f, t_b, t_w)
+    t_f_m = lin_x + core_f + elem_f
+    t_b_m = lin_x + p.attention_backward_time_ratio * core_f + elem_f \
+        + xp.where(full, t_f_m, xp.where(sel, core_f, 0.0))
+    head = t_f + t_b + lin_f_h + t_head >= t_f_m + t_b_m + lin_f
+    return PassCompute(ct, xp.where(head, lin_f_h, lin_f), xp.where(head, lin_x_h, lin_x),
+                       xp.where(head, core_f_h, core_f), xp.where(head, t_f, t_f_m), xp.where(head, t_b, t_b_m),
+                       xp.where(head, t_w, lin_f))

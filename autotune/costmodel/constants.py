@@ -65,6 +65,16 @@ MOE_PERMUTE_TRAFFIC_BYTES_PER_ROUTED_ELEMENT = 8.0
 back, weighted sum): each reads and writes every routed element once, 2 + 2 B in bf16, so 8 B
 per routed token per hidden unit per MoE layer pass. Memory-bound: the H100 measurements
 (``autotune/data/h100``, kind moe_permute) run it at ~3.1 TB/s, about the HBM rate."""
+CROSS_ENTROPY_FWD_TRAFFIC_BYTES_PER_LOGIT = 38.0
+CROSS_ENTROPY_BWD_TRAFFIC_BYTES_PER_LOGIT = 14.0
+"""The loss over the head's logits, memory-bound passes per logit on the head's rank (each rank
+its vocab / tp share), as Megatron-Core's vocab-parallel cross-entropy runs it on ``logits.float()``
+(tensor_parallel/cross_entropy.py; nanotron's sharded_cross_entropy is the same sequence).
+Forward: the bf16 -> fp32 cast (2 B read, 4 B written), the row max (4 B), the max subtracted
+(4 + 4), exp (4 + 4), the row sum (4), the division into the softmax kept for backward (4 + 4):
+38 B. Backward: softmax x the incoming gradient (4 + 4), cast back to bf16 for the head's
+input-gradient GEMM (4 + 2): 14 B. Small next to a large model's layers; at hidden 2-4k and a
+50-150k vocabulary it weighs about a layer."""
 
 # ---- network ----
 PACKET_SPRAY_EFFICIENCY = 0.95

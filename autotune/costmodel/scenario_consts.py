@@ -50,10 +50,25 @@ class ScenarioConsts:
     wire_bytes: float            # bytes per element of activations, gathered weights, reduced gradients
     weight_bytes: float; grad_bytes: float; optimizer_bytes: float   # resident, per parameter
     fsdp_regather: int           # FSDP_EVERY_PASS, FSDP_FORWARD or FSDP_NEVER
+    pp_layout: int               # LAYOUT_EVEN, LAYOUT_ENDS or LAYOUT_BALANCED (WorkloadSpec.pipeline_layout)
+    head_layer_equiv: float      # the head's GEMM FLOPs over a mean layer's (the balanced split's weight)
 
 
 FSDP_EVERY_PASS, FSDP_FORWARD, FSDP_NEVER = range(3)
 _REGATHER = {"every_pass": FSDP_EVERY_PASS, "forward": FSDP_FORWARD, "never": FSDP_NEVER}
+LAYOUT_EVEN, LAYOUT_ENDS, LAYOUT_BALANCED = range(3)
+_LAYOUT = {"even": LAYOUT_EVEN, "ends": LAYOUT_ENDS, "balanced": LAYOUT_BALANCED}
+
+
+def head_layer_equivalents(m) -> float:
+    """The head's weight in mean layers, as nanotron's ``get_block_compute_costs`` weighs pipeline
+    blocks: the output projection's parameters (vocab x hidden) over a layer's GEMM parameters
+    (attention + dense MLP, or a MoE layer's routed top-k and shared experts), averaged over the
+    dense and MoE layers. FLOPs per token are twice the parameters on both sides."""
+    moe_layer = m.moe_layer_nonexpert_params + m.moe_top_k * m.expert_params if m.n_moe_layers else 0.0
+    frac = m.n_moe_layers / m.n_layers
+    layer = (1.0 - frac) * (m.attn_params + m.dense_mlp_params) + frac * moe_layer
+    return m.vocab * m.hidden / layer
 
 
 def precision_bytes(precision: str) -> tuple[float, float, float, float]:
@@ -164,6 +179,7 @@ def _compute_consts(scenario: Scenario, params: CostParams) -> ScenarioConsts:
         compute_scale=1.0 / framework_efficiency(params, scenario.workload.framework),
         **dict(zip(("wire_bytes", "weight_bytes", "grad_bytes", "optimizer_bytes"), precision_bytes(scenario.precision))),
         fsdp_regather=_REGATHER[scenario.workload.fsdp_regather],
+        pp_layout=_LAYOUT[scenario.workload.resolved_pipeline_layout], head_layer_equiv=head_layer_equivalents(m),
     )
     return k
 

@@ -18,7 +18,8 @@ from .collectives import KIND_AG, KIND_AR, collective
 from .network import effective_bandwidth_Bps, recovery_stall
 from .params import CostParams
 from .pipeline import PipeMemory, head_on_first_rank
-from .scenario_consts import FSDP_EVERY_PASS, FSDP_NEVER, ScenarioConsts, ring_tier_of_span
+from .scenario_consts import (FSDP_EVERY_PASS, FSDP_NEVER, LAYOUT_BALANCED, LAYOUT_ENDS, ScenarioConsts,
+                              ring_tier_of_span)
 
 P_DP_OUT, P_PP_OUT, P_HYBRID, P_EP_OUT, P_CP_OUT = Placement   # codes: specs/codes.py
 F_DDP, F_ZERO1, F_FSDP, F_HSDP = DPFlavour   # codes: specs/codes.py
@@ -78,6 +79,8 @@ class ComputeTerms(NamedTuple):
     head: object          # LM head (last rank)
     attn_lin_split: object  # attention projections as tp chunks of tok / tp rows (tp_comm_overlap)
     mlp_dense_split: object  # dense MLP the same way
+    loss_f: object        # cross-entropy over the head's logits, forward (memory-bound; last rank)
+    loss_b: object        # its backward
 
 
 def compute_terms(k: ScenarioConsts, p: CostParams, mb, cp, tp, ep, et, xp) -> ComputeTerms:
@@ -130,14 +133,54 @@ def compute_terms(k: ScenarioConsts, p: CostParams, mb, cp, tp, ep, et, xp) -> C
         core = core + memory_bound_time_s(C.UNFUSED_SOFTMAX_TRAFFIC_BYTES_PER_SCORE * k.heads * tok * k.seq / tp, k.hbm_Bps)
     elem = memory_bound_time_s(C.ELEMENTWISE_TRAFFIC_BYTES_PER_TOKEN_HIDDEN * tok * k.h / tp, k.hbm_Bps)
     head = gemm_time(tok, k.h, k.vocab / tp)
-    return ComputeTerms(attn_lin, mlp_dense, moe_lin, core, elem, moe_permute, head, attn_split, mlp_split)
+    logits = tok * k.vocab / tp
+    loss_f = memory_bound_time_s(C.CROSS_ENTROPY_FWD_TRAFFIC_BYTES_PER_LOGIT * logits, k.hbm_Bps)
+    loss_b = memory_bound_time_s(C.CROSS_ENTROPY_BWD_TRAFFIC_BYTES_PER_LOGIT * logits, k.hbm_Bps)
+    return ComputeTerms(attn_lin, mlp_dense, moe_lin, core, elem, moe_permute, head, attn_split, mlp_split,
+                        loss_f, loss_b)
+
+
+BALANCED_CANDIDATES = 16
+"""Head-stage layer counts the balanced split tries below the even share (a head weighs at most
+this many layers' FLOPs in any preset; heavier heads leave the split at most one layer short)."""
 
 
 def layers_on_rank(k: ScenarioConsts, pp, v, xp):
-    """(all, dense, MoE) layers on the busiest pipeline rank: ceil(L / (pp v)) v (uneven split)."""
-    Ls = xp.ceil(k.L / (pp * v)) * v
+    """(all, dense, MoE) layers on the rank holding the most layers, and the layers on the rank
+    whose last virtual stage holds the head (``Ls_last``), for S = pp v virtual stages of the
+    workload's pipeline layout (WorkloadSpec.pipeline_layout):
+
+    - even: ceil(L / S) a virtual stage; the head's stage holds as many (Ls_last = Ls);
+    - ends (torchtitan's ``generate_llm_fqn_per_model_part``): L + 2 units, the embedding and the
+      head one each, floor((L + 2) / S) a stage and the remainder on the first stages: n =
+      ceil((L + 2) / S) on the busiest, floor((L + 2) / S) - 1 beside the head;
+    - balanced (nanotron's split by block FLOPs): the head's stage holds n_l layers and the head
+      (x layers' FLOPs, ``head_layer_equiv``), the others ceil((L - n_l) / (S - 1)); n_l is the
+      count, from the even share down, that minimises the heavier of the two ranks,
+      max(v n, (v - 1) n + n_l + x).
+    At pp v = 1 every layer is on the one rank."""
+    S = pp * v
+    n_even = xp.ceil(k.L / S)
+    if k.pp_layout == LAYOUT_ENDS:
+        n = xp.ceil((k.L + 2.0) / S)
+        n_last = xp.maximum(xp.floor((k.L + 2.0) / S) - 1.0, 0.0)
+    elif k.pp_layout == LAYOUT_BALANCED:
+        x, rest = k.head_layer_equiv, xp.maximum(S - 1.0, 1.0)
+        n, n_last = n_even, n_even
+        best = v * n_even + x
+        for j in range(1, BALANCED_CANDIDATES + 1):
+            nl = xp.maximum(n_even - j, 0.0)
+            nj = xp.ceil((k.L - nl) / rest)
+            cost = xp.maximum(v * nj, (v - 1.0) * nj + nl + x)
+            better = cost < best
+            n, n_last, best = xp.where(better, nj, n), xp.where(better, nl, n_last), xp.minimum(cost, best)
+    else:
+        n, n_last = n_even, n_even
+    one = S <= 1.0
+    Ls = xp.where(one, k.L, n * v)
+    Ls_last = xp.where(one, k.L, (v - 1.0) * n + n_last)
     Ls_moe = Ls * k.moe_frac
-    return Ls, Ls - Ls_moe, Ls_moe
+    return Ls, Ls - Ls_moe, Ls_moe, Ls_last
 
 
 def expert_tp(batch, xp):
@@ -176,6 +219,7 @@ def building_spans(k: ScenarioConsts, pl, xp):
 class Layout(NamedTuple):
     """Where a configuration puts layers, parameters and buildings (``layout``)."""
     Ls: object; Ls_dense: object; Ls_moe: object      # layers on the busiest rank
+    Ls_last: object                                  # layers beside the head (layers_on_rank)
     P_dense: object; P_exp: object                   # parameters per GPU before DP sharding
     b_pp: object; b_dp: object; x_exp: object; x_ep: object; x_cp: object   # building_spans
     head_on_first: object                            # embedding and head on one rank (pp 1, V schedules)
@@ -185,9 +229,9 @@ def layout(k: ScenarioConsts, batch, xp) -> Layout:
     """``layers_on_rank``, ``stage_params`` and ``building_spans`` of the rows."""
     f = xp.asfloat
     tp, ep, pp, v = (f(batch[x]) for x in ("tp", "ep", "pp", "pp_chunks"))
-    Ls, Ls_dense, Ls_moe = layers_on_rank(k, pp, v, xp)
+    Ls, Ls_dense, Ls_moe, Ls_last = layers_on_rank(k, pp, v, xp)
     head_on_first = head_on_first_rank(batch["pp_schedule"], pp)
-    return Layout(Ls, Ls_dense, Ls_moe, *stage_params(k, tp, ep, expert_tp(batch, xp), pp, head_on_first, Ls_dense,
+    return Layout(Ls, Ls_dense, Ls_moe, Ls_last, *stage_params(k, tp, ep, expert_tp(batch, xp), pp, head_on_first, Ls_dense,
                                                       Ls_moe, xp),
                   *building_spans(k, batch["placement"], xp), head_on_first)
 

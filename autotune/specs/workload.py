@@ -6,6 +6,13 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 
+FRAMEWORK_PIPELINE_LAYOUT = {"nanotron": "balanced"}
+"""Each framework class's own pipeline layout where it differs from Megatron's even split:
+nanotron splits blocks by their FLOPs (``get_block_compute_costs``). The pytorch class is wider
+than torchtitan (whose ``generate_llm_fqn_per_model_part`` counts the embedding and the head as a
+layer each: ends), so it keeps even unless ``pipeline_layout`` says otherwise."""
+
+
 class WorkloadSpec(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
@@ -26,6 +33,15 @@ class WorkloadSpec(BaseModel):
     framework: Literal["megatron", "deepspeed", "pytorch", "nanotron", "jax", "other"] = Field(
         default="megatron", description="training framework class: its compute runs at the fitted "
         "framework_efficiency_<class> of Megatron's fused kernels (megatron = 1; CostParams)")
+    pipeline_layout: Literal["even", "ends", "balanced"] | None = Field(
+        default=None, description="how pipeline stages share the layers and the head (the output "
+        "projection): even = ceil(L / stages) layers a stage, the head on top of the last (Megatron's "
+        "default, DeepSpeed's type:transformer); ends = embedding and head count as one layer each "
+        "(torchtitan's input_weight = output_weight = 1, Megatron-Core's "
+        "--account-for-embedding/loss-in-pipeline-split: the first and last stage one layer fewer); "
+        "balanced = whole layers placed so the head's stage weighs no more than the others by FLOPs "
+        "(nanotron's get_block_compute_costs split, a Megatron-Core --pipeline-model-parallel-layout); "
+        "default: the framework class's own (nanotron balanced, the others even)")
     tp_comm_overlap: bool = Field(default=False, description="tensor-parallel collectives overlapped with "
                                   "their GEMMs (TransformerEngine userbuffers, Megatron --tp-comm-overlap): "
                                   "only what outlasts the layer's GEMMs, and at least one of tp chunks, is exposed")
@@ -49,3 +65,10 @@ class WorkloadSpec(BaseModel):
         "TransformerEngine kernels (Korthikanti et al. 2022's per-layer bytes); eager = PyTorch eager "
         "autograd (unfused RMSNorm, SwiGLU's gate and product, torch's cross-entropy and pipelining), as "
         "the reference workload and torchtitan without torch.compile run")
+
+    @property
+    def resolved_pipeline_layout(self) -> str:
+        """``pipeline_layout``, or the framework class's default where it is not set."""
+        if self.pipeline_layout is not None:
+            return self.pipeline_layout
+        return FRAMEWORK_PIPELINE_LAYOUT.get(self.framework, "even")

@@ -36,7 +36,7 @@ COLUMNS = ("source", "model_name", "params_b", "n_layers", "hidden", "ffn_hidden
            "optimizer_post_validation", "expert_ffn_hidden", "moe_shared_experts", "first_k_dense", "moe_layer_step", "head_dim", "attention",
            "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "v_head_dim", "sliding_window",
            "sliding_window_layers", "activation", "framework", "flops_convention", "hbm_gb", "hbm_tbps",
-           "nic_gbps", "peak_memory_gb", "notes")
+           "nic_gbps", "peak_memory_gb", "pipeline_layout", "notes")
 """The columns of published_runs.csv (docs in ``autotune/data/published_runs.README.md``).
 ``source``, ``params_b`` and ``notes`` are informational: ``source`` names the row's source
 family; none of the three is parsed as a number."""
@@ -86,6 +86,14 @@ _FRAMEWORK_RULES = [(r"megatron|nemo|mcore|mlperf", "megatron"), (r"deepspeed", 
                      "pytorch")]
 """Framework spellings (in ``framework``, else in ``source``), first match wins;
 Megatron-DeepSpeed runs Megatron's kernels and matches megatron first."""
+_LAYOUT_RULES = [(r"balanc|(?:by|per)[ _-]?(?:compute|flops?|cost)|block[ _-]?compute", "balanced"),
+                 (r"\bends?\b|account[ _-]?for|(?:input|output)[ _-]?weight|(?:first|last).*(?:fewer|less)",
+                  "ends"),
+                 (r"even|uniform|equal|default", "even")]
+"""Pipeline-layout spellings (WorkloadSpec.pipeline_layout), first match wins: a split by block
+FLOPs (nanotron) is balanced; embedding and head counted as a layer each, or first and last stages
+a layer short (torchtitan, Megatron-Core's --account-for-*-in-pipeline-split) is ends; an equal
+split with the head on top of the last stage is even."""
 _CONVENTION_RULES = [(r"hardware|hfu|recomput", "hardware"), (r"model|mfu|6n|palm", "model")]
 
 
@@ -182,6 +190,10 @@ def map_framework(text: str) -> str | None:
     if t.startswith("other"):
         return _first_rule(_FRAMEWORK_RULES, t.removeprefix("other").lstrip(":").strip()) or "other"
     return _first_rule(_FRAMEWORK_RULES, t)
+
+
+def map_pipeline_layout(text: str) -> str | None:
+    return _first_rule(_LAYOUT_RULES, text)
 
 
 def map_convention(text: str) -> str | None:

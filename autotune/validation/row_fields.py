@@ -5,7 +5,9 @@ from __future__ import annotations
 import math
 
 from ..specs.presets import load_preset
-from .columns import ALWAYS_RECOMPUTE_SOURCES, ASSUMED_FRAMEWORK, Skip, _cell, gpu_memory_gb, map_convention, map_framework
+from ..specs.workload import FRAMEWORK_PIPELINE_LAYOUT
+from .columns import (ALWAYS_RECOMPUTE_SOURCES, ASSUMED_FRAMEWORK, Skip, _cell, gpu_memory_gb, map_convention,
+                      map_framework, map_pipeline_layout)
 
 
 RACK_SCALE_DOMAIN_GPUS = 8
@@ -28,6 +30,27 @@ def _framework(row: dict, assumed: list) -> str:
     else:
         assumed.append(f"framework={fw} (from the source)")
     return fw
+
+
+def _pipeline_layout(row: dict, assumed: list, framework: str, pp: int) -> str | None:
+    """``pipeline_layout`` as stated (even / ends / balanced, or their spellings); not stated, ends
+    for torchtitan (named in ``framework`` or the source), else None: the framework class's default
+    (WorkloadSpec.resolved_pipeline_layout). Printed with the row where pp > 1."""
+    text = _cell(row, "pipeline_layout")
+    if text:
+        layout = map_pipeline_layout(text)
+        if layout is None:
+            raise Skip("not even, ends (embedding and head count as a layer each) or balanced (split by "
+                       "FLOPs)", "pipeline_layout", text)
+        return layout
+    if pp <= 1:
+        return None
+    if "torchtitan" in f"{_cell(row, 'framework')} {row.get('source') or ''}".lower():
+        assumed.append("pipeline_layout=ends (not stated; torchtitan's default)")
+        return "ends"
+    default = FRAMEWORK_PIPELINE_LAYOUT.get(framework, "even")
+    assumed.append(f"pipeline_layout={default} (not stated; {framework}'s default)")
+    return None
 
 
 def _convention(row: dict, assumed: list, metric: str) -> str:
