@@ -164,7 +164,9 @@ def main() -> None:
             path.write_text(json.dumps(table, indent=1))
     else:
         table = measure_table(args, scen, space, path)
-    times = {config_key(r["config"]): r["measured_s"] for r in table["rows"]}
+    # keyed by the configuration as Config reads it today: a table stored before a knob existed
+    # (etp, hetero_split) still matches, the new knob at its default
+    times = {config_key(Config(**r["config"]).model_dump()): r["measured_s"] for r in table["rows"]}
     ok = [t for t in times.values() if t is not None]
     best = min(ok)
     target = best * (1 + args.within_pct / 100)

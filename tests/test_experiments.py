@@ -38,3 +38,18 @@ def test_experiment_bad_config_is_one_line(tmp_path):
                         "--no-track"], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert r.returncode == 2
     assert r.stderr.strip().count("\n") == 0 and "config.speed" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_guided_replay_runs_on_the_stored_table(tmp_path):
+    """The model-guided comparison replays every strategy against the stored real measurements;
+    a table stored before a knob existed (etp, hetero_split) must still match the space (it did
+    not: every guided curve came back empty)."""
+    import shutil
+    shutil.copy(ROOT / "experiments" / "results" / "guided_table.json", tmp_path / "guided_table.json")
+    r = subprocess.run([sys.executable, str(ROOT / "experiments" / "guided_vs_tpe.py"), "--replay-only", "--runs", "12",
+                        "--seeds", "2", "--out", str(tmp_path)], capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    js = json.loads((tmp_path / "guided_vs_tpe.json").read_text())
+    for name, s in js["strategies"].items():
+        assert all(len(c) == 12 for c in s["curves"]), name
+    assert js["strategies"]["guided (batch 3)"]["runs_to_found"][0] is not None
