@@ -15,13 +15,22 @@ RACK_SCALE_DOMAIN_GPUS = 8
 domain (8 GPUs) is filled whole."""
 
 
+def _stated(row: dict, column: str, mapper, why: str):
+    """The column's value read by ``mapper`` (free text -> canonical value), None where the cell is
+    empty; a value the mapper cannot read skips the row with ``why``, the column and the value."""
+    text = _cell(row, column)
+    if not text:
+        return None
+    value = mapper(text)
+    if value is None:
+        raise Skip(why, column, text)
+    return value
+
+
 def _framework(row: dict, assumed: list) -> str:
-    text = _cell(row, "framework")
-    if text:
-        fw = map_framework(text)
-        if fw is None:
-            raise Skip("names no known framework (megatron-lm, megatron-core, nemo, deepspeed, torchtitan, "
-                       "composer, pytorch-fsdp, nanotron, maxtext, other:<name>)", "framework", text)
+    fw = _stated(row, "framework", map_framework, "names no known framework (megatron-lm, megatron-core, nemo, "
+                 "deepspeed, torchtitan, composer, pytorch-fsdp, nanotron, maxtext, other:<name>)")
+    if fw is not None:
         return fw
     fw = map_framework(row.get("source") or "")
     if fw is None:
@@ -36,12 +45,9 @@ def _pipeline_layout(row: dict, assumed: list, framework: str, pp: int) -> str |
     """``pipeline_layout`` as stated (even / ends / balanced, or their spellings); not stated, ends
     for torchtitan (named in ``framework`` or the source), else None: the framework class's default
     (WorkloadSpec.resolved_pipeline_layout). Printed with the row where pp > 1."""
-    text = _cell(row, "pipeline_layout")
-    if text:
-        layout = map_pipeline_layout(text)
-        if layout is None:
-            raise Skip("not even, ends (embedding and head count as a layer each) or balanced (split by "
-                       "FLOPs)", "pipeline_layout", text)
+    layout = _stated(row, "pipeline_layout", map_pipeline_layout, "not even, ends (embedding and head count as a "
+                     "layer each) or balanced (split by FLOPs)")
+    if layout is not None:
         return layout
     if pp <= 1:
         return None
@@ -56,12 +62,9 @@ def _pipeline_layout(row: dict, assumed: list, framework: str, pp: int) -> str |
 def _convention(row: dict, assumed: list, metric: str) -> str:
     """FLOP counting of a TFLOP/s or MFU figure: stated, else hardware for the sources known to
     count recomputation (ALWAYS_RECOMPUTE_SOURCES), else model."""
-    text = _cell(row, "flops_convention")
-    if text:
-        conv = map_convention(text)
-        if conv is None:
-            raise Skip("not model or hardware (does the FLOP count include recomputation?)", "flops_convention",
-                       text)
+    conv = _stated(row, "flops_convention", map_convention,
+                   "not model or hardware (does the FLOP count include recomputation?)")
+    if conv is not None:
         return conv
     conv = "hardware" if any(k in (row.get("source") or "").lower() for k in ALWAYS_RECOMPUTE_SOURCES) else "model"
     if metric in ("tflops_per_gpu", "mfu_pct"):
