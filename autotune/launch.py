@@ -94,14 +94,14 @@ MEGATRON_COMMIT = "d98e8a64ddf34856e74b24714e3bedb2f5a39553"
 (megatron/training/arguments.py and the dataclasses its options are generated from)."""
 
 
-def balanced_last_stage_layers(scenario, cfg: Config) -> int:
-    """Layers beside the head in the balanced layout (``terms.layers_on_rank``) at pp_chunks 1."""
-    from .costmodel.params import default_params
-    from .costmodel.scenario_consts import scenario_consts
-    from .costmodel.terms import layers_on_rank
-    from .costmodel.xp import SCALAR
-    k = scenario_consts(scenario, default_params())
-    return int(layers_on_rank(k, float(cfg.pp), float(cfg.pp_chunks), SCALAR)[3])
+def layout_stage_layers(scenario, cfg: Config) -> list[int]:
+    """Layers per virtual stage of the workload's ends or balanced layout (``stage_split``)."""
+    from .costmodel.scenario_consts import head_layer_equivalents
+    from .costmodel.stage_split import ends_split, nanotron_split
+    L, stages = scenario.model.n_layers, cfg.pp * cfg.pp_chunks
+    if scenario.workload.resolved_pipeline_layout == "ends":
+        return ends_split(L, stages)[0]
+    return nanotron_split(L, stages, head_layer_equivalents(scenario.model))[0]
 
 
 def megatron_args(scenario, cfg: Config) -> tuple[list[str], list[str]]:
@@ -133,15 +133,13 @@ def megatron_args(scenario, cfg: Config) -> tuple[list[str], list[str]]:
                              "interleaved schedule, without full recomputation; not set (the cost model gives it "
                              "no credit here either)")
     layout = wl.resolved_pipeline_layout if cfg.pp > 1 else "even"
-    if layout == "ends":
+    if layout == "ends" and (m.n_layers + 2) % (cfg.pp * cfg.pp_chunks) == 0:
         args += ["--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split"]
-    elif layout == "balanced":
-        last = balanced_last_stage_layers(scenario, cfg)
-        if cfg.pp_chunks == 1:
-            args.append(f"--decoder-last-pipeline-num-layers {last}")
-        else:
-            notes.append(f"pipeline_layout=balanced: {last} layers on the head's rank; write the split as "
-                         "--pipeline-model-parallel-layout")
+    elif layout != "even":
+        split = layout_stage_layers(scenario, cfg)
+        notes.append(f"pipeline_layout={layout}: layers per virtual stage {split} (the head on the last); "
+                     "Megatron-Core takes it as --pipeline-model-parallel-layout"
+                     + (" (nanotron's own split)" if layout == "balanced" else " (torchtitan's own split)"))
     if cfg.pp_schedule == "interleaved_1f1b" and layout == "even":
         per_stage = m.n_layers // (cfg.pp * cfg.pp_chunks)
         if per_stage * cfg.pp * cfg.pp_chunks == m.n_layers:

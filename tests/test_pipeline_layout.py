@@ -15,48 +15,95 @@ from autotune.specs import Config, build_scenario
 
 
 class _K:
-    """The three fields ``layers_on_rank`` reads."""
+    """The fields ``layers_on_rank`` reads."""
     def __init__(self, L, layout, x=0.0):
         self.L, self.pp_layout, self.head_layer_equiv, self.moe_frac = float(L), layout, float(x), 0.0
 
 
-def _layers(L, layout, pp, v=1, x=0.0):
-    Ls, _, _, Ls_last = layers_on_rank(_K(L, layout, x), np.array([float(pp)]), np.array([float(v)]), NUMPY)
+def _layers(L, layout, pp, v=1, x=0.0, v_style=False):
+    Ls, _, _, Ls_last = layers_on_rank(_K(L, layout, x), np.array([float(pp)]), np.array([float(v)]),
+                                       np.array([v_style]), NUMPY)
     return float(Ls[0]), float(Ls_last[0])
 
 
 def test_ends_gives_the_first_and_last_stage_one_layer_fewer():
     """Qi et al. 2024's layouts: 22 layers over 8 stages hold 3 a stage and 2 beside the head;
-    torchtitan's generate_llm_fqn_per_model_part gives the same for 32 layers over 8 (4 and 3)."""
+    torchtitan's generate_llm_fqn_per_model_part: 32 layers over 8 stages hold 4 on stages 1 and 2
+    (34 units, the 2 extra on the first stages, the first giving one to the embedding), 3 beside
+    the head; 30 layers over 2 stages hold 15 each."""
     assert _layers(22, LAYOUT_ENDS, 8) == (3.0, 2.0)
     assert _layers(62, LAYOUT_ENDS, 32) == (2.0, 1.0)
-    assert _layers(32, LAYOUT_ENDS, 8) == (5.0, 3.0)       # 34 units: 5 on the first two stages, 4 elsewhere
+    assert _layers(32, LAYOUT_ENDS, 8) == (5.0, 3.0)
+    assert _layers(30, LAYOUT_ENDS, 2) == (15.0, 15.0)
+    assert _layers(32, LAYOUT_ENDS, 2, v=2) == (16.0, 16.0)
     assert _layers(22, LAYOUT_EVEN, 8) == (3.0, 3.0)
     assert _layers(22, LAYOUT_ENDS, 1) == (22.0, 22.0)     # one stage holds everything
 
 
-def test_balanced_leaves_the_head_stage_as_light_as_it_pays():
-    """A head worth 1.85 layers (GPT 1.5B, vocab 51,200): 21 layers over 7 stages and 1 beside
-    the head (1 + 1.85 <= 3); a negligible head keeps the even split."""
+def test_balanced_is_nanotrons_split():
+    """nanotron's build_model: 30 layers and a head worth 2 over 4 ranks -> [9, 8, 8, 5] (the first
+    rank overshoots its threshold); 22 layers and a head worth 1.85 over 8 -> 1 beside the head."""
+    assert _layers(30, LAYOUT_BALANCED, 4, x=2.0) == (9.0, 5.0)
     assert _layers(22, LAYOUT_BALANCED, 8, x=1.85) == (3.0, 1.0)
-    assert _layers(32, LAYOUT_BALANCED, 4, x=0.05) == (8.0, 8.0)
+
+
+def _torchtitan(L, S):
+    """torchtitan's generate_llm_fqn_per_model_part, written out: module names per stage."""
+    per, extra = divmod(L + 2, S)
+    names, cur = [], 0
+    for s in range(S):
+        units = per + (1 if s < extra else 0)
+        mods = []
+        if s == 0:
+            mods.append("tok_embeddings")
+            units -= 1
+        if s == S - 1:
+            units -= 1
+        mods += [f"layers.{i}" for i in range(cur, cur + max(units, 0))]
+        cur += max(units, 0)
+        if s == S - 1:
+            mods += ["norm", "output"]
+        names.append(mods)
+    return names
+
+
+def _nanotron(L, S, x):
+    """nanotron's build_model loop, written out: the rank of every block."""
+    blocks = ["token_embedding"] + [f"decoder{i}" for i in range(L)] + ["final_layer_norm", "lm_head", "loss"]
+    cost = {"lm_head": x, **{f"decoder{i}": 1.0 for i in range(L)}}
+    cum = np.cumsum([cost.get(b, 0.0) for b in blocks])
+    thresholds = [cum[-1] * ((r + 1) / S) for r in range(S)]
+    rank, out = 0, {}
+    for b, c in zip(blocks, cum):
+        out[b] = rank
+        if c > thresholds[rank]:
+            rank += 1
+    return out
 
 
 @settings(max_examples=300, deadline=None)
-@given(L=st.integers(2, 160), pp=st.integers(1, 32), v=st.sampled_from([1, 2, 3, 4]),
-       x=st.floats(0.0, 12.0, allow_nan=False))
-def test_balanced_is_never_heavier_than_even_or_ends(L, pp, v, x):
-    """The balanced split's heavier rank, in layer units (the head x), never exceeds the even
-    split's or the ends split's, and every layout places every layer."""
-    if pp * v > L:
+@given(L=st.integers(2, 130), pp=st.integers(2, 32), v=st.sampled_from([1, 2, 3, 4]), v_style=st.booleans(),
+       x=st.floats(0.0, 6.0, allow_nan=False))
+def test_the_splits_match_the_frameworks_code(L, pp, v, v_style, x):
+    """Layers on the busiest rank and beside the head equal what torchtitan's and nanotron's own
+    loops give (written out above), for looping and V placements; every layer is placed once."""
+    if v_style:
+        v = 2
+    S = pp * v
+    if S > L:
         return
-
-    def load(layout):
-        Ls, last = _layers(L, layout, pp, v, x)
-        assert Ls >= L / (pp * v) * v - 1e-9 and last <= Ls
-        return max(Ls, last + x) if pp * v > 1 else L + x
-    bal, even, ends = load(LAYOUT_BALANCED), load(LAYOUT_EVEN), load(LAYOUT_ENDS)
-    assert bal <= even + 1e-9 and bal <= ends + 1e-9
+    owner = [(s if s < pp else 2 * pp - 1 - s) if v_style else s % pp for s in range(S)]
+    per_rank = [0] * pp
+    for s, mods in enumerate(_torchtitan(L, S)):
+        per_rank[owner[s]] += sum(m.startswith("layers.") for m in mods)
+    assert sum(per_rank) == L
+    assert _layers(L, LAYOUT_ENDS, pp, v, v_style=v_style) == (max(per_rank), per_rank[owner[S - 1]])
+    ranks = _nanotron(L, S, x)
+    per_rank = [0] * pp
+    for i in range(L):
+        per_rank[owner[ranks[f"decoder{i}"]]] += 1
+    assert _layers(L, LAYOUT_BALANCED, pp, v, x=x, v_style=v_style) == (max(per_rank),
+                                                                          per_rank[owner[ranks["lm_head"]]])
 
 
 def _gpt_small(**workload):
@@ -113,11 +160,16 @@ def test_unknown_layout_is_a_one_line_error():
 
 
 def test_launch_flags_name_the_layout():
+    """ends: Megatron-Core's --account-for-* flags where the stages divide L + 2, else the split as
+    a note; balanced: nanotron's split as a note; even: neither."""
     from autotune.launch import megatron_args
     c = Config(tp=1, pp=4, dp=2, dp_flavour="ddp", pp_schedule="1f1b", micro_batch=1)
-    ends, _ = megatron_args(_gpt_small(pipeline_layout="ends"), c)
+    ends, _ = megatron_args(_gpt_small(pipeline_layout="ends"), c)           # 22 + 2 = 24 over 4
     assert "--account-for-loss-in-pipeline-split" in ends
-    bal, _ = megatron_args(_gpt_small(pipeline_layout="balanced"), c)
-    assert any(a.startswith("--decoder-last-pipeline-num-layers ") for a in bal)
-    even, _ = megatron_args(_gpt_small(), c)
-    assert not any("pipeline-split" in a or "decoder-last" in a for a in even)
+    c8 = c.model_copy(update={"pp": 8, "dp": 1})
+    args, notes = megatron_args(_gpt_small(pipeline_layout="ends", **{"global_batch_seqs": 64}), c8)
+    assert "--account-for-loss-in-pipeline-split" in args                      # 24 over 8
+    args, notes = megatron_args(_gpt_small(pipeline_layout="balanced"), c)
+    assert not any("pipeline-split" in a for a in args) and any("pipeline_layout=balanced" in n for n in notes)
+    even, notes = megatron_args(_gpt_small(), c)
+    assert not any("pipeline-split" in a for a in even) and not any("pipeline_layout" in n for n in notes)

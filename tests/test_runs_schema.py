@@ -175,7 +175,9 @@ def test_a_framework_class_without_rows_keeps_its_start_value(tmp_path):
     ("even", "even"), ("uniform", "even"), ("Megatron default", "even"), ("ends", "ends"),
     ("first/last stage one layer fewer", "ends"), ("--account-for-embedding-in-pipeline-split", "ends"),
     ("input_weight=1, output_weight=1", "ends"), ("balanced", "balanced"), ("split by compute cost", "balanced"),
-    ("by FLOPs", "balanced"),
+    ("by FLOPs", "balanced"), ("torchtitan default", "ends"), ("nanotron default", "balanced"),
+    ("embedding and head count as a layer each", "ends"), ("uneven", None), ("unbalanced", None),
+    ("imbalanced", None), ("not balanced", None), ("input_weight=0", None),
 ])
 def test_pipeline_layout_spellings(text, want):
     from autotune.validation.columns import map_pipeline_layout

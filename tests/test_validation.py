@@ -24,7 +24,7 @@ def test_published_runs_figures():
     48 A100 rows then no longer needed fast GEMMs to make up for a head on a full stage, the refit
     lowered the A100 GEMM level (0.79 -> 0.72) and Korthikanti et al.'s 8 rows, which run about
     10% faster per FLOP than both Qi et al. and Narayanan et al. on the same GPUs, went from 3.0%
-    to 10.9% (README: no single A100 level serves the three; the issue's 3.5% is not met). The p90 bound was 25% until a node's
+    to 10.5% (README: no single A100 level serves the three; the issue's 3.5% is not met). The p90 bound was 25% until a node's
     NICs carried a data-parallel ring (ring_tier_of_span): with that round's physics and refit it
     moved from 22.2% to 25.7% (DeepSpeed's ZeRO-3 rows of Narayanan et al. and long-context NeMo
     rows) while every row's in-sample median went from 13.8% to 10.5% and the held-out median from

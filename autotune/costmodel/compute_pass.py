@@ -54,9 +54,12 @@ def pass_compute(k, p, batch, lay, xp, mb, cp, tp, ep, et, rc) -> PassCompute:
     r = lay.Ls_last / Ls
     lin_f_h, lin_x_h, core_f_h, elem_f_h = r * lin_f, r * lin_x, r * core_f, r * elem_f
     full, sel = rc == Recompute.FULL, rc == Recompute.SELECTIVE
-    t_f = lin_x_h + core_f_h + elem_f_h + t_head + loss_f
+    layers_f = lin_x_h + core_f_h + elem_f_h
+    t_f = layers_f + t_head + loss_f
     t_w = lin_f_h + t_head
-    recompute_extra = xp.where(full, t_f, xp.where(sel, core_f_h, 0.0))
+    # full recomputation re-runs the transformer layers' forward, not the head or the loss
+    # (Megatron's --recompute-granularity full checkpoints the layers only)
+    recompute_extra = xp.where(full, layers_f, xp.where(sel, core_f_h, 0.0))
     t_b = lin_x_h + t_head + p.attention_backward_time_ratio * core_f_h + elem_f_h + recompute_extra + loss_b
     if k.pp_layout == LAYOUT_EVEN:
         return PassCompute(ct, lin_f_h, lin_x_h, core_f_h, t_f, t_b, t_w)

@@ -51,7 +51,7 @@ class ScenarioConsts:
     weight_bytes: float; grad_bytes: float; optimizer_bytes: float   # resident, per parameter
     fsdp_regather: int           # FSDP_EVERY_PASS, FSDP_FORWARD or FSDP_NEVER
     pp_layout: int               # LAYOUT_EVEN, LAYOUT_ENDS or LAYOUT_BALANCED (WorkloadSpec.pipeline_layout)
-    head_layer_equiv: float      # the head's GEMM FLOPs over a mean layer's (the balanced split's weight)
+    head_layer_equiv: float      # the head's block cost in layers, nanotron's weights (balanced split)
 
 
 FSDP_EVERY_PASS, FSDP_FORWARD, FSDP_NEVER = range(3)
@@ -61,14 +61,15 @@ _LAYOUT = {"even": LAYOUT_EVEN, "ends": LAYOUT_ENDS, "balanced": LAYOUT_BALANCED
 
 
 def head_layer_equivalents(m) -> float:
-    """The head's weight in mean layers, as nanotron's ``get_block_compute_costs`` weighs pipeline
-    blocks: the output projection's parameters (vocab x hidden) over a layer's GEMM parameters
-    (attention + dense MLP, or a MoE layer's routed top-k and shared experts), averaged over the
-    dense and MoE layers. FLOPs per token are twice the parameters on both sides."""
-    moe_layer = m.moe_layer_nonexpert_params + m.moe_top_k * m.expert_params if m.n_moe_layers else 0.0
+    """The head's weight in layers as nanotron weighs pipeline blocks (``get_block_compute_costs``):
+    vocab x hidden for the head over 4 n_heads d_head hidden (all four attention projections at
+    full width, GQA ignored) + mlp_matrices x d_ff x hidden for a layer; a MoE layer's d_ff is its
+    routed top-k and shared experts'. Averaged over the dense and MoE layers."""
+    attn = 4 * m.n_heads * m.qk_head_dim * m.hidden
+    dense = attn + m.mlp_matrices * m.ffn_hidden * m.hidden
+    moe = attn + m.mlp_matrices * (m.moe_top_k + m.moe_shared_experts) * m.moe_ffn_hidden * m.hidden
     frac = m.n_moe_layers / m.n_layers
-    layer = (1.0 - frac) * (m.attn_params + m.dense_mlp_params) + frac * moe_layer
-    return m.vocab * m.hidden / layer
+    return m.vocab * m.hidden / ((1.0 - frac) * dense + frac * moe)
 
 
 def precision_bytes(precision: str) -> tuple[float, float, float, float]:

@@ -18,8 +18,9 @@ from .collectives import KIND_AG, KIND_AR, collective
 from .network import effective_bandwidth_Bps, recovery_stall
 from .params import CostParams
 from .pipeline import PipeMemory, head_on_first_rank
-from .scenario_consts import (FSDP_EVERY_PASS, FSDP_NEVER, LAYOUT_BALANCED, LAYOUT_ENDS, ScenarioConsts,
+from .scenario_consts import (FSDP_EVERY_PASS, FSDP_NEVER, LAYOUT_ENDS, LAYOUT_EVEN, ScenarioConsts,
                               ring_tier_of_span)
+from .stage_split import rank_layers
 
 P_DP_OUT, P_PP_OUT, P_HYBRID, P_EP_OUT, P_CP_OUT = Placement   # codes: specs/codes.py
 F_DDP, F_ZERO1, F_FSDP, F_HSDP = DPFlavour   # codes: specs/codes.py
@@ -140,45 +141,23 @@ def compute_terms(k: ScenarioConsts, p: CostParams, mb, cp, tp, ep, et, xp) -> C
                         loss_f, loss_b)
 
 
-BALANCED_CANDIDATES = 16
-"""Head-stage layer counts the balanced split tries below the even share (a head weighs at most
-this many layers' FLOPs in any preset; heavier heads leave the split at most one layer short)."""
-
-
-def layers_on_rank(k: ScenarioConsts, pp, v, xp):
+def layers_on_rank(k: ScenarioConsts, pp, v, v_style, xp):
     """(all, dense, MoE) layers on the rank holding the most layers, and the layers on the rank
-    whose last virtual stage holds the head (``Ls_last``), for S = pp v virtual stages of the
-    workload's pipeline layout (WorkloadSpec.pipeline_layout):
+    holding the head (``Ls_last``), for pp ranks of v virtual stages each, in the workload's
+    pipeline layout (WorkloadSpec.pipeline_layout):
 
-    - even: ceil(L / S) a virtual stage; the head's stage holds as many (Ls_last = Ls);
-    - ends (torchtitan's ``generate_llm_fqn_per_model_part``): L + 2 units, the embedding and the
-      head one each, floor((L + 2) / S) a stage and the remainder on the first stages: n =
-      ceil((L + 2) / S) on the busiest, floor((L + 2) / S) - 1 beside the head;
-    - balanced (nanotron's split by block FLOPs): the head's stage holds n_l layers and the head
-      (x layers' FLOPs, ``head_layer_equiv``), the others ceil((L - n_l) / (S - 1)); n_l is the
-      count, from the even share down, that minimises the heavier of the two ranks,
-      max(v n, (v - 1) n + n_l + x).
+    - even (Megatron's default): ceil(L / (pp v)) a virtual stage, the head on top of a full share
+      (Ls_last = Ls);
+    - ends (torchtitan) and balanced (nanotron): the frameworks' own splits
+      (``stage_split.rank_layers``), once per distinct (pp, v, V placement) of the batch.
     At pp v = 1 every layer is on the one rank."""
-    S = pp * v
-    n_even = xp.ceil(k.L / S)
-    if k.pp_layout == LAYOUT_ENDS:
-        n = xp.ceil((k.L + 2.0) / S)
-        n_last = xp.maximum(xp.floor((k.L + 2.0) / S) - 1.0, 0.0)
-    elif k.pp_layout == LAYOUT_BALANCED:
-        x, rest = k.head_layer_equiv, xp.maximum(S - 1.0, 1.0)
-        n, n_last = n_even, n_even
-        best = v * n_even + x
-        for j in range(1, BALANCED_CANDIDATES + 1):
-            nl = xp.maximum(n_even - j, 0.0)
-            nj = xp.ceil((k.L - nl) / rest)
-            cost = xp.maximum(v * nj, (v - 1.0) * nj + nl + x)
-            better = cost < best
-            n, n_last, best = xp.where(better, nj, n), xp.where(better, nl, n_last), xp.minimum(cost, best)
+    if k.pp_layout == LAYOUT_EVEN:
+        Ls = xp.ceil(k.L / (pp * v)) * v
+        Ls_last = Ls
     else:
-        n, n_last = n_even, n_even
-    one = S <= 1.0
-    Ls = xp.where(one, k.L, n * v)
-    Ls_last = xp.where(one, k.L, (v - 1.0) * n + n_last)
+        layout = "ends" if k.pp_layout == LAYOUT_ENDS else "balanced"
+        Ls, Ls_last = xp.per_pair(lambda a, b: rank_layers(int(k.L), layout, k.head_layer_equiv, a, b // 2, bool(b % 2)),
+                                  pp, 2 * v + xp.where(v_style, 1, 0))
     Ls_moe = Ls * k.moe_frac
     return Ls, Ls - Ls_moe, Ls_moe, Ls_last
 
@@ -229,8 +208,8 @@ def layout(k: ScenarioConsts, batch, xp) -> Layout:
     """``layers_on_rank``, ``stage_params`` and ``building_spans`` of the rows."""
     f = xp.asfloat
     tp, ep, pp, v = (f(batch[x]) for x in ("tp", "ep", "pp", "pp_chunks"))
-    Ls, Ls_dense, Ls_moe, Ls_last = layers_on_rank(k, pp, v, xp)
     head_on_first = head_on_first_rank(batch["pp_schedule"], pp)
+    Ls, Ls_dense, Ls_moe, Ls_last = layers_on_rank(k, pp, v, head_on_first & (pp > 1), xp)
     return Layout(Ls, Ls_dense, Ls_moe, Ls_last, *stage_params(k, tp, ep, expert_tp(batch, xp), pp, head_on_first, Ls_dense,
                                                       Ls_moe, xp),
                   *building_spans(k, batch["placement"], xp), head_on_first)

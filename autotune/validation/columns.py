@@ -86,14 +86,17 @@ _FRAMEWORK_RULES = [(r"megatron|nemo|mcore|mlperf", "megatron"), (r"deepspeed", 
                      "pytorch")]
 """Framework spellings (in ``framework``, else in ``source``), first match wins;
 Megatron-DeepSpeed runs Megatron's kernels and matches megatron first."""
-_LAYOUT_RULES = [(r"balanc|(?:by|per)[ _-]?(?:compute|flops?|cost)|block[ _-]?compute", "balanced"),
-                 (r"\bends?\b|account[ _-]?for|(?:input|output)[ _-]?weight|(?:first|last).*(?:fewer|less)",
-                  "ends"),
-                 (r"even|uniform|equal|default", "even")]
+_LAYOUT_RULES = [(r"(?<![a-z])balanced\b|(?:by|per)[ _-]?(?:compute|flops?|cost)|block[ _-]?compute|nanotron",
+                  "balanced"),
+                 (r"\bends?\b|account[ _-]?for|(?:input|output)[ _-]?weight\s*=?\s*[1-9]|(?:first|last)\b.*\b(?:fewer|less)"
+                  r"|counts? as (?:a|one) layer|torchtitan", "ends"),
+                 (r"\beven\b|uniform|equal|megatron|default", "even")]
+_LAYOUT_UNREADABLE = r"\b(?:uneven|unbalanced|imbalanced)\b|\bnot[ _-]+(?:even|balanced)"
 """Pipeline-layout spellings (WorkloadSpec.pipeline_layout), first match wins: a split by block
 FLOPs (nanotron) is balanced; embedding and head counted as a layer each, or first and last stages
 a layer short (torchtitan, Megatron-Core's --account-for-*-in-pipeline-split) is ends; an equal
-split with the head on top of the last stage is even."""
+split with the head on top of the last stage (Megatron's default) is even. "uneven",
+"unbalanced" and the like name no layout the model knows: such a row is skipped."""
 _CONVENTION_RULES = [(r"hardware|hfu|recomput", "hardware"), (r"model|mfu|6n|palm", "model")]
 
 
@@ -193,6 +196,8 @@ def map_framework(text: str) -> str | None:
 
 
 def map_pipeline_layout(text: str) -> str | None:
+    if re.search(_LAYOUT_UNREADABLE, text.lower()):
+        return None
     return _first_rule(_LAYOUT_RULES, text)
 
 
