@@ -94,16 +94,6 @@ MEGATRON_COMMIT = "d98e8a64ddf34856e74b24714e3bedb2f5a39553"
 (megatron/training/arguments.py and the dataclasses its options are generated from)."""
 
 
-def layout_stage_layers(scenario, cfg: Config) -> list[int]:
-    """Layers per virtual stage of the workload's ends or balanced layout (``stage_split``)."""
-    from .costmodel.scenario_consts import head_layer_equivalents
-    from .costmodel.stage_split import ends_split, nanotron_split
-    L, stages = scenario.model.n_layers, cfg.pp * cfg.pp_chunks
-    if scenario.workload.resolved_pipeline_layout == "ends":
-        return ends_split(L, stages)[0]
-    return nanotron_split(L, stages, head_layer_equivalents(scenario.model))[0]
-
-
 def megatron_args(scenario, cfg: Config) -> tuple[list[str], list[str]]:
     """(Megatron-LM command-line options, notes on what it cannot express) for the configuration.
     ``--ddp-bucket-size`` counts parameters, not bytes."""
@@ -136,7 +126,9 @@ def megatron_args(scenario, cfg: Config) -> tuple[list[str], list[str]]:
     if layout == "ends" and (m.n_layers + 2) % (cfg.pp * cfg.pp_chunks) == 0:
         args += ["--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split"]
     elif layout != "even":
-        split = layout_stage_layers(scenario, cfg)
+        from .costmodel.scenario_consts import head_layer_equivalents
+        from .costmodel.stage_split import stage_layers
+        split = stage_layers(m.n_layers, layout, head_layer_equivalents(m), cfg.pp * cfg.pp_chunks)[0]
         notes.append(f"pipeline_layout={layout}: layers per virtual stage {split} (the head on the last); "
                      "Megatron-Core takes it as --pipeline-model-parallel-layout"
                      + (" (nanotron's own split)" if layout == "balanced" else " (torchtitan's own split)"))

@@ -51,8 +51,11 @@ def pass_compute(k, p, batch, lay, xp, mb, cp, tp, ep, et, rc) -> PassCompute:
         loss_f, loss_b = fw * loss_f, fw * loss_b
     # the rank beside the head runs Ls_last layers and the head; the rank with the most layers,
     # Ls and no head (the same rank where the layout gives the head's stage a full share)
-    r = lay.Ls_last / Ls
-    lin_f_h, lin_x_h, core_f_h, elem_f_h = r * lin_f, r * lin_x, r * core_f, r * elem_f
+    if k.pp_layout == LAYOUT_EVEN:      # the head's rank is the rank with the most layers
+        lin_f_h, lin_x_h, core_f_h, elem_f_h = lin_f, lin_x, core_f, elem_f
+    else:
+        r = lay.Ls_last / Ls
+        lin_f_h, lin_x_h, core_f_h, elem_f_h = r * lin_f, r * lin_x, r * core_f, r * elem_f
     full, sel = rc == Recompute.FULL, rc == Recompute.SELECTIVE
     layers_f = lin_x_h + core_f_h + elem_f_h
     t_f = layers_f + t_head + loss_f

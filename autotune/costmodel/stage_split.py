@@ -44,6 +44,11 @@ def nanotron_split(L: int, stages: int, head_cost: float) -> tuple[list[int], in
     return layers, head
 
 
+def stage_layers(L: int, layout: str, head_cost: float, stages: int) -> tuple[list[int], int]:
+    """Layers per virtual stage and the head's stage of the ``ends`` or ``balanced`` layout."""
+    return ends_split(L, stages) if layout == "ends" else nanotron_split(L, stages, head_cost)
+
+
 @lru_cache(maxsize=4096)
 def rank_layers(L: int, layout: str, head_cost: float, pp: int, v: int, v_style: bool) -> tuple[float, float]:
     """(layers on the rank holding the most, layers on the rank holding the head) for pp ranks of
@@ -52,7 +57,7 @@ def rank_layers(L: int, layout: str, head_cost: float, pp: int, v: int, v_style:
     stages = pp * v
     if stages <= 1:
         return float(L), float(L)
-    layers, head = ends_split(L, stages) if layout == "ends" else nanotron_split(L, stages, head_cost)
+    layers, head = stage_layers(L, layout, head_cost, stages)
     owner = [(s if s < pp else 2 * pp - 1 - s) if v_style else s % pp for s in range(stages)]
     per_rank = [0] * pp
     for s, n in enumerate(layers):

@@ -13,6 +13,11 @@ than torchtitan (whose ``generate_llm_fqn_per_model_part`` counts the embedding 
 layer each: ends), so it keeps even unless ``pipeline_layout`` says otherwise."""
 
 
+def default_pipeline_layout(framework: str) -> str:
+    """The framework class's own pipeline layout (``FRAMEWORK_PIPELINE_LAYOUT``, else even)."""
+    return FRAMEWORK_PIPELINE_LAYOUT.get(framework, "even")
+
+
 class WorkloadSpec(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
@@ -71,4 +76,4 @@ class WorkloadSpec(BaseModel):
         """``pipeline_layout``, or the framework class's default where it is not set."""
         if self.pipeline_layout is not None:
             return self.pipeline_layout
-        return FRAMEWORK_PIPELINE_LAYOUT.get(self.framework, "even")
+        return default_pipeline_layout(self.framework)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from ..specs.presets import load_preset
-from ..specs.workload import FRAMEWORK_PIPELINE_LAYOUT
+from ..specs.workload import default_pipeline_layout
 from .columns import (ALWAYS_RECOMPUTE_SOURCES, ASSUMED_FRAMEWORK, Skip, _cell, gpu_memory_gb, map_convention,
                       map_framework, map_pipeline_layout)
 
@@ -54,7 +54,7 @@ def _pipeline_layout(row: dict, assumed: list, framework: str, pp: int) -> str |
     if "torchtitan" in f"{_cell(row, 'framework')} {row.get('source') or ''}".lower():
         assumed.append("pipeline_layout=ends (not stated; torchtitan's default)")
         return "ends"
-    default = FRAMEWORK_PIPELINE_LAYOUT.get(framework, "even")
+    default = default_pipeline_layout(framework)
     assumed.append(f"pipeline_layout={default} (not stated; {framework}'s default)")
     return None
 
