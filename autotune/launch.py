@@ -149,6 +149,8 @@ def megatron_args(scenario, cfg: Config) -> tuple[list[str], list[str]]:
         args += ["--recompute-granularity full", "--recompute-method uniform", "--recompute-num-layers 1"]
     elif cfg.recompute == "selective":
         args.append("--recompute-granularity selective")
+        if scenario.workload.recompute_modules != ("core_attn",):
+            args.append("--recompute-modules " + " ".join(scenario.workload.recompute_modules))
     if cfg.dp_flavour == "zero1":
         args.append("--use-distributed-optimizer")
     elif cfg.dp_flavour in ("fsdp", "hsdp"):

@@ -30,7 +30,8 @@ def pass_compute(k, p, batch, lay, xp, mb, cp, tp, ep, et, rc) -> PassCompute:
     element-wise passes (MoE permutation on MoE layers) + the head and its loss; weight gradients: one GEMM
     per forward GEMM; backward: the input-gradient GEMMs, the attention core's backward
     (``attention_backward_time_ratio`` x forward), the element-wise passes again and the
-    recomputed forward (full: all of it; selective: the attention core). All scaled by the
+    recomputed forward (full: all of it; selective: the modules of WorkloadSpec.recompute_modules,
+    by default the attention core). All scaled by the
     framework class (``k.compute_scale``, WorkloadSpec.framework). The bottleneck rank is the
     heavier of the head's rank (``lay.Ls_last`` layers and the head) and the rank with the most
     layers (``lay.Ls``; the same rank in the even layout, see ``terms.layers_on_rank``)."""
@@ -45,30 +46,34 @@ def pass_compute(k, p, batch, lay, xp, mb, cp, tp, ep, et, rc) -> PassCompute:
     core_f = Ls * ct.core
     elem_f = Ls * ct.elem + Ls_moe * ct.moe_permute
     t_head, loss_f, loss_b = ct.head, ct.loss_f, ct.loss_b
+    # selective recomputation: the attention core where core_attn is among the modules, plus the
+    # other modules' forward again (terms.compute_terms' rc_dense, rc_moe)
+    sel_core = 1.0 if "core_attn" in k.rc_modules else 0.0
+    sel_rest = Ls_dense * ct.rc_dense + Ls_moe * ct.rc_moe
     fw = k.compute_scale
     if fw != 1.0:
         lin_f, lin_x, core_f, elem_f, t_head = fw * lin_f, fw * lin_x, fw * core_f, fw * elem_f, fw * t_head
-        loss_f, loss_b = fw * loss_f, fw * loss_b
+        loss_f, loss_b, sel_rest = fw * loss_f, fw * loss_b, fw * sel_rest
     # the rank beside the head runs Ls_last layers and the head; the rank with the most layers,
     # Ls and no head (the same rank where the layout gives the head's stage a full share)
     if k.pp_layout == LAYOUT_EVEN:      # the head's rank is the rank with the most layers
-        lin_f_h, lin_x_h, core_f_h, elem_f_h = lin_f, lin_x, core_f, elem_f
+        lin_f_h, lin_x_h, core_f_h, elem_f_h, sel_rest_h = lin_f, lin_x, core_f, elem_f, sel_rest
     else:
         r = lay.Ls_last / Ls
-        lin_f_h, lin_x_h, core_f_h, elem_f_h = r * lin_f, r * lin_x, r * core_f, r * elem_f
+        lin_f_h, lin_x_h, core_f_h, elem_f_h, sel_rest_h = r * lin_f, r * lin_x, r * core_f, r * elem_f, r * sel_rest
     full, sel = rc == Recompute.FULL, rc == Recompute.SELECTIVE
     layers_f = lin_x_h + core_f_h + elem_f_h
     t_f = layers_f + t_head + loss_f
     t_w = lin_f_h + t_head
     # full recomputation re-runs the transformer layers' forward, not the head or the loss
     # (Megatron's --recompute-granularity full checkpoints the layers only)
-    recompute_extra = xp.where(full, layers_f, xp.where(sel, core_f_h, 0.0))
+    recompute_extra = xp.where(full, layers_f, xp.where(sel, sel_core * core_f_h + sel_rest_h, 0.0))
     t_b = lin_x_h + t_head + p.attention_backward_time_ratio * core_f_h + elem_f_h + recompute_extra + loss_b
     if k.pp_layout == LAYOUT_EVEN:
         return PassCompute(ct, lin_f_h, lin_x_h, core_f_h, t_f, t_b, t_w)
     t_f_m = lin_x + core_f + elem_f
     t_b_m = lin_x + p.attention_backward_time_ratio * core_f + elem_f \
-        + xp.where(full, t_f_m, xp.where(sel, core_f, 0.0))
+        + xp.where(full, t_f_m, xp.where(sel, sel_core * core_f + sel_rest, 0.0))
     head = t_f + t_b + lin_f_h + t_head >= t_f_m + t_b_m + lin_f
     return PassCompute(ct, xp.where(head, lin_f_h, lin_f), xp.where(head, lin_x_h, lin_x),
                        xp.where(head, core_f_h, core_f), xp.where(head, t_f, t_f_m), xp.where(head, t_b, t_b_m),

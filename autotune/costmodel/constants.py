@@ -31,6 +31,14 @@ ACT_MLP_INPUT_BYTES_PER_TOKEN_HIDDEN = 2.0  # the MLP's 16-bit input, part of it
 ACT_MOE_ROUTED_COPY_ELEMS_PER_TOKEN_HIDDEN = 2.0  # per routed copy: the permuted expert input and the
                                                   # expert output (the combine's probability gradient)
 ACT_FULL_RECOMPUTE_BYTES_PER_TOKEN_HIDDEN = 2.0  # only the bf16 layer input is kept
+# what each of Megatron-Core's --recompute-modules drops (recompute = selective), in Korthikanti's
+# per-token units (bytes per token per hidden unit at a 4h FFN width):
+ACT_NORM_OUTPUTS_BYTES_PER_TOKEN_HIDDEN = 4.0  # layernorm: the two norms' bf16 outputs (QKV's and fc1's
+                                               # inputs); each norm's input is the residual, kept anyway
+ACT_MLP_FC2_INPUT_BYTES_PER_TOKEN_HIDDEN = 8.0  # moe_act: the activation's output, fc2's input (4h x 2 B,
+                                                # of the MLP's 19 sbh; the FFN's width, gated or not)
+LAYERNORM_RECOMPUTE_TRAFFIC_BYTES_PER_TOKEN_HIDDEN = 8.0
+"""Re-running both norms in the backward: each reads and writes the bf16 hidden vector (layernorm)."""
 
 # ---- activations of PyTorch eager autograd (WorkloadSpec.activation_memory = "eager") ----
 # Derived from what autograd saves, counted with torch.autograd.graph.saved_tensors_hooks on the

@@ -163,6 +163,8 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
     layer_f = t_attn_lin + t_moe_lin + t_core
     ep_f = Ls_moe * ((1.0 - hide) * 2 * t_a2a + hide * xp.maximum(0.0, 2 * t_a2a - layer_f))
     ep_b = Ls_moe * ((1.0 - hide) * 2 * t_a2a + hide * xp.maximum(0.0, 2 * t_a2a - 2 * layer_f))
+    if "moe" in k.rc_modules:    # recomputing the whole MoE block dispatches and combines again
+        ep_b = ep_b + xp.where(rc == R_SELECTIVE, Ls_moe * 2 * t_a2a, 0.0)
 
     def per_microbatch():
         """(t_f, t_b, t_w, T_comp, T_mb): forward, backward and weight-gradient time of one
@@ -306,7 +308,13 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
     flops_tok_fwd = k.L * (2 * act_params_layer + attn_core_flops_tok) + 2 * k.h * k.vocab
     tokens_step = k.global_batch * k.seq
     model_flops = 3 * flops_tok_fwd * tokens_step
-    recompute_flops = xp.select([rc == R_FULL, rc == R_SELECTIVE], [flops_tok_fwd, k.L * attn_core_flops_tok], 0.0) * tokens_step
+    mods = k.rc_modules     # selective: the recomputed modules' GEMM FLOPs (WorkloadSpec.recompute_modules)
+    sel_flops_tok = k.L * (attn_core_flops_tok * ("core_attn" in mods)
+                           + 2 * (1 - k.moe_frac) * k.dense_mlp_params * ("mlp" in mods)
+                           + 2 * k.moe_frac * ((k.moe_other_params - k.attn_params + k.top_k * k.expert_params)
+                                               * ("moe" in mods)
+                                               + k.shared * k.expert_params * ("shared_experts" in mods and "moe" not in mods)))
+    recompute_flops = xp.select([rc == R_FULL, rc == R_SELECTIVE], [flops_tok_fwd, sel_flops_tok], 0.0) * tokens_step
     denom = iteration * k.n_gpus * k.peak_precision
 
     # ---- breakdown (sums to the iteration time) ----

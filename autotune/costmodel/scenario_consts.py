@@ -52,6 +52,7 @@ class ScenarioConsts:
     fsdp_regather: int           # FSDP_EVERY_PASS, FSDP_FORWARD or FSDP_NEVER
     pp_layout: int               # LAYOUT_EVEN, LAYOUT_ENDS or LAYOUT_BALANCED (WorkloadSpec.pipeline_layout)
     head_layer_equiv: float      # the head's block cost in layers, nanotron's weights (balanced split)
+    rc_modules: frozenset = frozenset({"core_attn"})   # WorkloadSpec.recompute_modules (recompute = selective)
 
 
 FSDP_EVERY_PASS, FSDP_FORWARD, FSDP_NEVER = range(3)
@@ -181,6 +182,7 @@ def _compute_consts(scenario: Scenario, params: CostParams) -> ScenarioConsts:
         **dict(zip(("wire_bytes", "weight_bytes", "grad_bytes", "optimizer_bytes"), precision_bytes(scenario.precision))),
         fsdp_regather=_REGATHER[scenario.workload.fsdp_regather],
         pp_layout=_LAYOUT[scenario.workload.resolved_pipeline_layout], head_layer_equiv=head_layer_equivalents(m),
+        rc_modules=frozenset(scenario.workload.recompute_modules),
     )
     return k
 

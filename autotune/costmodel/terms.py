@@ -82,6 +82,8 @@ class ComputeTerms(NamedTuple):
     mlp_dense_split: object  # dense MLP the same way
     loss_f: object        # cross-entropy over the head's logits, forward (memory-bound; last rank)
     loss_b: object        # its backward
+    rc_dense: object      # selective recomputation's re-run per dense layer beyond the attention core
+    rc_moe: object        # the same per MoE layer (WorkloadSpec.recompute_modules)
 
 
 def compute_terms(k: ScenarioConsts, p: CostParams, mb, cp, tp, ep, et, xp) -> ComputeTerms:
@@ -117,7 +119,7 @@ def compute_terms(k: ScenarioConsts, p: CostParams, mb, cp, tp, ep, et, xp) -> C
         mlp_split = xp.where(tp > 1, tp * mlp_gemms(tok / tp), mlp_dense)
     else:
         attn_split, mlp_split = attn_lin, mlp_dense
-    moe_lin = moe_permute = 0.0
+    moe_lin = moe_permute = moe_act = shared = 0.0
     if k.experts:
         tok_e = xp.maximum(tok * k.top_k * ep * et / (tp * k.experts), 1.0)   # tokens per local expert
         routed = expert_block_time_s(tok_e, k.h, k.ffn_e / et, k.mlp_mats, k.experts / ep, k.peak_lin, k.ridge, p,
@@ -129,6 +131,10 @@ def compute_terms(k: ScenarioConsts, p: CostParams, mb, cp, tp, ep, et, xp) -> C
         # after it and the experts' TP gather (tok et / tp tokens), un-permute both on the way back
         routed_elems = tok * k.top_k * k.h * (1.0 + et) / tp
         moe_permute = memory_bound_time_s(C.MOE_PERMUTE_TRAFFIC_BYTES_PER_ROUTED_ELEMENT * routed_elems, k.hbm_Bps)
+        # moe_act re-runs the activation on each routed copy this rank's experts hold: it reads fc1's
+        # output ((mlp_mats - 1) ffn_e / et) and writes ffn_e / et, bf16
+        act_elems = tok * k.top_k * C.EXPERT_IMBALANCE_FACTOR * et / tp * k.mlp_mats * k.ffn_e / et
+        moe_act = memory_bound_time_s(C.ACTIVATION_BYTES * act_elems, k.hbm_Bps)
     core = attention_core_fwd_time_s(tok, k.attn_keys, k.qv_width / tp, k.peak_bf16, p, k.qk_head_dim, k.seq / cp)
     if not k.flash:
         core = core + memory_bound_time_s(C.UNFUSED_SOFTMAX_TRAFFIC_BYTES_PER_SCORE * k.heads * tok * k.seq / tp, k.hbm_Bps)
@@ -137,8 +143,15 @@ def compute_terms(k: ScenarioConsts, p: CostParams, mb, cp, tp, ep, et, xp) -> C
     logits = tok * k.vocab / tp
     loss_f = memory_bound_time_s(C.CROSS_ENTROPY_FWD_TRAFFIC_BYTES_PER_LOGIT * logits, k.hbm_Bps)
     loss_b = memory_bound_time_s(C.CROSS_ENTROPY_BWD_TRAFFIC_BYTES_PER_LOGIT * logits, k.hbm_Bps)
+    # selective recomputation beyond the attention core (WorkloadSpec.recompute_modules), per layer
+    mods = k.rc_modules
+    norms = memory_bound_time_s(C.LAYERNORM_RECOMPUTE_TRAFFIC_BYTES_PER_TOKEN_HIDDEN * tok * k.h / tp, k.hbm_Bps) \
+        if "layernorm" in mods else 0.0
+    rc_dense = norms + (mlp_dense if "mlp" in mods else 0.0)
+    rc_moe = norms + (moe_lin + moe_permute if "moe" in mods else
+                      moe_act * ("moe_act" in mods) + shared * ("shared_experts" in mods))
     return ComputeTerms(attn_lin, mlp_dense, moe_lin, core, elem, moe_permute, head, attn_split, mlp_split,
-                        loss_f, loss_b)
+                        loss_f, loss_b, rc_dense, rc_moe)
 
 
 def layers_on_rank(k: ScenarioConsts, pp, v, v_style, xp):
@@ -353,7 +366,11 @@ def act_per_microbatch(k: ScenarioConsts, rc, tok, tp, Ls, Ls_dense, Ls_moe, xp)
     output for the gradient of its routing probability (2 x h, ``ACT_MOE_ROUTED_COPY_*``) and the
     expert's intermediates (the MLP's bytes less its input, at the expert's width): with many
     small experts the copies dominate (Megatron-Core's permuted tokens; top-8 of 2,048-wide
-    experts at h = 6,144 keeps 2.6x what scaling the dense MLP by width gave).
+    experts at h = 6,144 keeps 2.6x what scaling the dense MLP by width gave). Selective
+    recomputation drops what its modules keep (WorkloadSpec.recompute_modules, Megatron-Core's
+    --recompute-modules): core_attn the scores, layernorm the two norms' outputs, mlp a dense MLP's
+    intermediates, moe_act each routed copy's activation output (fc2's input), shared_experts the
+    shared experts' intermediates, moe the whole MoE block's.
     eager: the elements PyTorch autograd saves per token (``constants``: two RMSNorms 3h each,
     queries, keys, values and the attention output, the MLP's 4 (gated) or 2 elements per FFN
     width, each routed copy's expert input and output), in the activation dtype."""
@@ -375,9 +392,21 @@ def act_per_microbatch(k: ScenarioConsts, rc, tok, tp, Ls, Ls_dense, Ls_moe, xp)
         act_lin = act_scale * tok * k.h / tp * (C.ACT_ATTN_BYTES_PER_TOKEN_HIDDEN * Ls
                                                 + C.ACT_MLP_BYTES_PER_TOKEN_HIDDEN * Ls_dense * mlp_dense_k
                                                 + Ls_moe * mlp_moe)
+        mods = k.rc_modules
+        routed_moe = k.top_k * C.EXPERT_IMBALANCE_FACTOR * C.ACT_MLP_FC2_INPUT_BYTES_PER_TOKEN_HIDDEN * k.ffn_e / (4 * k.h)
+        shared_moe = k.shared * inner * width_e
+        dropped = (C.ACT_NORM_OUTPUTS_BYTES_PER_TOKEN_HIDDEN * Ls * ("layernorm" in mods)
+                   + inner * mlp_dense_k * Ls_dense * ("mlp" in mods)
+                   + Ls_moe * (mlp_moe if "moe" in mods else
+                               routed_moe * ("moe_act" in mods) + shared_moe * ("shared_experts" in mods)))
+        act_sel = act_lin - act_scale * tok * k.h / tp * dropped
     act_scores = 0.0 if k.flash else act_scale * Ls * C.ACT_SCORES_BYTES_PER_TOKEN_HEAD_SEQ * k.heads * tok * k.seq / tp
+    if k.eager_acts:
+        act_sel = act_lin
+    elif "core_attn" not in k.rc_modules:
+        act_sel = act_sel + act_scores
     act_mb = xp.select([rc == Recompute.NONE, rc == Recompute.SELECTIVE],
-                       [act_lin + act_scores, act_lin],
+                       [act_lin + act_scores, act_sel],
                        act_scale * C.ACT_FULL_RECOMPUTE_BYTES_PER_TOKEN_HIDDEN * tok * k.h / tp * Ls)
     return act_mb, (act_lin + act_scores) / Ls
 

@@ -59,7 +59,8 @@ class Scenario(BaseModel):
         # are in every key since; changing that now would break the studies made since)
         w = self.workload
         later = {name for name, default in (("fsdp_regather", "every_pass"), ("activation_memory", "fused"),
-                                            ("optimizer_post_validation", False), ("pipeline_layout", None))
+                                            ("optimizer_post_validation", False), ("pipeline_layout", None),
+                                            ("recompute_modules", ("core_attn",)))
                  if getattr(w, name) == default}
         return hashlib.sha256(self.model_dump_json(exclude={"workload": later} if later else None)
                               .encode()).hexdigest()[:16]

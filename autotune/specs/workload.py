@@ -1,9 +1,10 @@
 """Workload spec: what one training step processes."""
 from __future__ import annotations
 
+import re
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 
 FRAMEWORK_PIPELINE_LAYOUT = {"nanotron": "balanced"}
@@ -11,6 +12,12 @@ FRAMEWORK_PIPELINE_LAYOUT = {"nanotron": "balanced"}
 nanotron splits blocks by their FLOPs (``get_block_compute_costs``). The pytorch class is wider
 than torchtitan (whose ``generate_llm_fqn_per_model_part`` counts the embedding and the head as a
 layer each: ends), so it keeps even unless ``pipeline_layout`` says otherwise."""
+
+
+RECOMPUTE_MODULES = ("core_attn", "layernorm", "mlp", "moe_act", "shared_experts", "moe")
+"""Megatron-Core's ``--recompute-modules`` (transformer_config.py) that the model prices: what
+``recompute = selective`` re-runs in the backward. core_attn alone is Korthikanti et al. 2022's
+selective recomputation (Megatron's default module list)."""
 
 
 def default_pipeline_layout(framework: str) -> str:
@@ -70,6 +77,32 @@ class WorkloadSpec(BaseModel):
         "TransformerEngine kernels (Korthikanti et al. 2022's per-layer bytes); eager = PyTorch eager "
         "autograd (unfused RMSNorm, SwiGLU's gate and product, torch's cross-entropy and pipelining), as "
         "the reference workload and torchtitan without torch.compile run")
+
+    recompute_modules: tuple[Literal[RECOMPUTE_MODULES], ...] = Field(
+        default=("core_attn",), min_length=1, description="what recompute = selective re-runs in the "
+        "backward (Megatron-Core's --recompute-modules; a comma-separated list): core_attn = the attention "
+        "core (Korthikanti et al.'s selective recomputation, the default), layernorm = both norms' outputs, "
+        "mlp = a dense layer's MLP, moe_act = the routed experts' activation function, shared_experts = "
+        "the shared experts' MLP, moe = the whole MoE block with its dispatch and combine. Each drops "
+        "what that module keeps for the backward and charges its forward again; fused activation memory only")
+
+    @field_validator("recompute_modules", mode="before")
+    @classmethod
+    def _modules_from_text(cls, v):
+        """A comma- or space-separated string (``--set workload.recompute_modules=layernorm,moe_act``)
+        as a tuple; any order and repeats give the same canonical tuple (RECOMPUTE_MODULES' order)."""
+        if isinstance(v, str):
+            v = [x for x in re.split(r"[,\s]+", v.strip()) if x]
+        if isinstance(v, (list, tuple)) and all(isinstance(x, str) for x in v) and set(v) <= set(RECOMPUTE_MODULES):
+            return tuple(m for m in RECOMPUTE_MODULES if m in v)
+        return v
+
+    @model_validator(mode="after")
+    def _modules_need_fused(self):
+        if self.activation_memory == "eager" and self.recompute_modules != ("core_attn",):
+            raise ValueError(f"recompute_modules {','.join(self.recompute_modules)} needs activation_memory "
+                             "fused (Megatron-Core's --recompute-modules); eager autograd prices core_attn only")
+        return self
 
     @property
     def resolved_pipeline_layout(self) -> str:

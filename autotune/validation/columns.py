@@ -36,7 +36,7 @@ COLUMNS = ("source", "model_name", "params_b", "n_layers", "hidden", "ffn_hidden
            "optimizer_post_validation", "expert_ffn_hidden", "moe_shared_experts", "first_k_dense", "moe_layer_step", "head_dim", "attention",
            "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "v_head_dim", "sliding_window",
            "sliding_window_layers", "activation", "framework", "flops_convention", "hbm_gb", "hbm_tbps",
-           "nic_gbps", "peak_memory_gb", "pipeline_layout", "notes")
+           "nic_gbps", "peak_memory_gb", "pipeline_layout", "recompute_modules", "notes")
 """The columns of published_runs.csv (docs in ``autotune/data/published_runs.README.md``).
 ``source``, ``params_b`` and ``notes`` are informational: ``source`` names the row's source
 family; none of the three is parsed as a number."""
@@ -199,6 +199,27 @@ def map_pipeline_layout(text: str) -> str | None:
     if re.search(_LAYOUT_UNREADABLE, text.lower()):
         return None
     return _first_rule(_LAYOUT_RULES, text)
+
+
+_MODULE_SPELLINGS = {"core_attn": "core_attn", "core_attention": "core_attn", "attention": "core_attn",
+                     "attn": "core_attn", "layernorm": "layernorm", "norm": "layernorm", "norms": "layernorm",
+                     "mlp": "mlp", "moe_act": "moe_act", "act": "moe_act", "shared_experts": "shared_experts",
+                     "shared_expert": "shared_experts", "shared": "shared_experts", "moe": "moe"}
+"""Spellings of Megatron-Core's --recompute-modules (WorkloadSpec.recompute_modules): its own names,
+and the short forms of Megatron-MoE-ModelZoo's tables ('norm, act')."""
+
+
+def map_recompute_modules(text: str) -> str | None:
+    """A comma-, space- or plus-separated module list ("--recompute-modules moe_act layernorm",
+    "norm, act") as WorkloadSpec's comma-separated names; None where a name is not one the model
+    prices (mla_up_proj among them: MLA's up-projected queries, keys and values are not in the
+    activation accounting)."""
+    t = re.sub(r"--recompute-modules|selective|[\'\"()\[\]]", " ", (text or "").lower())
+    names = [x for x in re.split(r"[,;+/\s]+|\band\b", t) if x]
+    mods = [_MODULE_SPELLINGS.get(x) for x in names]
+    if not mods or None in mods:
+        return None
+    return ",".join(dict.fromkeys(mods))
 
 
 def map_convention(text: str) -> str | None:

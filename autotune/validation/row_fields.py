@@ -7,7 +7,7 @@ import math
 from ..specs.presets import load_preset
 from ..specs.workload import default_pipeline_layout
 from .columns import (ALWAYS_RECOMPUTE_SOURCES, ASSUMED_FRAMEWORK, Skip, _cell, gpu_memory_gb, map_convention,
-                      map_framework, map_pipeline_layout)
+                      map_framework, map_pipeline_layout, map_recompute_modules)
 
 
 RACK_SCALE_DOMAIN_GPUS = 8
@@ -57,6 +57,22 @@ def _pipeline_layout(row: dict, assumed: list, framework: str, pp: int) -> str |
     default = default_pipeline_layout(framework)
     assumed.append(f"pipeline_layout={default} (not stated; {framework}'s default)")
     return None
+
+
+def _recompute_modules(row: dict, assumed: list, rec: str) -> str | None:
+    """``recompute_modules`` as stated (Megatron-Core's --recompute-modules, WorkloadSpec's names or
+    their spellings), None where the cell is empty (selective then means the attention core). It
+    needs recompute selective or empty (then selective, printed with the row)."""
+    mods = _stated(row, "recompute_modules", map_recompute_modules, "names a module the model does not price "
+                   "(core_attn, layernorm, mlp, moe_act, shared_experts, moe; mla_up_proj is not priced)")
+    if mods is None:
+        return None
+    if rec and rec != "selective":
+        raise Skip(f"recompute modules need recompute selective (the row says {rec})", "recompute_modules",
+                   _cell(row, "recompute_modules"))
+    if not rec:
+        assumed.append("recompute=selective (recompute_modules stated)")
+    return mods
 
 
 def _convention(row: dict, assumed: list, metric: str) -> str:

@@ -16,7 +16,7 @@ from .columns import (ALWAYS_RECOMPUTE_SOURCES, ASSUMED_FFN_MULTIPLE, GATED_NAME
                       PRE_FLASH_SOURCES, RECOMPUTE_VALUES, Skip, _cell, _int,
                       _match_flavour, _match_schedule, is_deepspeed_zero3, map_flavour, map_gpu, map_schedule, one_line,
                       source_family)
-from .row_fields import (RACK_SCALE_DOMAIN_GPUS, _convention, _pipeline_layout, _ep_dedup, _ep_overlap, _float, _framework, _hardware,
+from .row_fields import (RACK_SCALE_DOMAIN_GPUS, _convention, _pipeline_layout, _recompute_modules, _ep_dedup, _ep_overlap, _float, _framework, _hardware,
                          _post_validation, _tp_overlap)
 
 @dataclass
@@ -216,6 +216,9 @@ def build_case(i: int, row: dict) -> RunCase:
     rec = _cell(row, "recompute").lower()
     if rec and rec not in RECOMPUTE_VALUES:
         raise Skip("not none/selective/full (empty = not stated)", "recompute", _cell(row, "recompute"))
+    modules = _recompute_modules(row, assumed, rec)
+    if modules and not rec:
+        rec = "selective"
     sched = map_schedule(sched_text, vpp) if pp > 1 else "1f1b"
     layout = _pipeline_layout(row, assumed, framework, pp)
     post_validation = _post_validation(row, assumed, sched)
@@ -251,7 +254,8 @@ def build_case(i: int, row: dict) -> RunCase:
                                                            tp_comm_overlap=tp_overlap, ep_comm_overlap=ep_overlap,
                                                            ep_token_dedup=ep_dedup,
                                                            optimizer_post_validation=post_validation,
-                                                           fsdp_regather=regather, pipeline_layout=layout),
+                                                           fsdp_regather=regather, pipeline_layout=layout,
+                                                           recompute_modules=modules or ("core_attn",)),
                        cluster=cluster)
     except Exception as e:  # noqa: BLE001 - any spec error makes this row unusable; say why
         raise _spec_skip(e, row) from None

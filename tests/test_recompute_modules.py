@@ -1,0 +1,100 @@
+"""Selective recomputation by module (WorkloadSpec.recompute_modules, Megatron-Core's
+--recompute-modules): each module drops what it keeps for the backward and re-runs its forward
+there (docs/cost_model.md, "Recomputation by module")."""
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import autotune.validation as V
+from autotune.costmodel import evaluate
+from autotune.specs import Config, build_scenario
+from autotune.specs.workload import RECOMPUTE_MODULES, WorkloadSpec
+from autotune.validation.columns import map_recompute_modules
+
+from test_runs_schema import _write
+
+
+def _moe(mods=("core_attn",), **over):
+    sets = [f"workload.recompute_modules={','.join(mods)}"] + [f"{k}={v}" for k, v in over.items()]
+    return build_scenario("mixtral-8x7b", "single-building", gpus=64, overrides=sets)
+
+
+CONFIGS = (Config(tp=2, ep=8, pp=4, dp=8, pp_schedule="1f1b", micro_batch=1, recompute="selective"),
+           Config(tp=1, ep=8, pp=1, dp=64, dp_flavour="zero1", micro_batch=2, recompute="selective"),
+           Config(tp=4, ep=4, pp=2, dp=8, pp_schedule="interleaved_1f1b", pp_chunks=2, micro_batch=1,
+                  recompute="selective"))
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.sets(st.sampled_from(RECOMPUTE_MODULES), min_size=1), st.sampled_from(RECOMPUTE_MODULES),
+       st.sampled_from(CONFIGS))
+def test_one_more_module_never_holds_more_or_runs_faster(mods, extra, cfg):
+    """Adding a module to the list: memory never grows, the step never gets shorter."""
+    a = evaluate(_moe(tuple(mods)), cfg, check=False)
+    b = evaluate(_moe(tuple(mods | {extra})), cfg, check=False)
+    assert b.memory_per_gpu_bytes <= a.memory_per_gpu_bytes * (1 + 1e-12)
+    assert b.iteration_time_s >= a.iteration_time_s * (1 - 1e-12)
+
+
+def test_modules_matter_only_under_selective_and_the_default_is_the_attention_core():
+    for rc in ("none", "full"):
+        cfg = CONFIGS[0].model_copy(update={"recompute": rc})
+        a, b = evaluate(_moe(), cfg, check=False), evaluate(_moe(("layernorm", "moe")), cfg, check=False)
+        assert (a.iteration_time_s, a.memory_per_gpu_bytes) == (b.iteration_time_s, b.memory_per_gpu_bytes)
+    assert WorkloadSpec().recompute_modules == ("core_attn",)
+    assert _moe().key == build_scenario("mixtral-8x7b", "single-building", gpus=64).key
+    assert _moe(("layernorm", "moe_act")).key != _moe().key
+
+
+def test_the_moe_block_is_the_big_saving_for_many_routed_copies():
+    """Top-2 of 8 experts at 14,336 wide: recomputing the MoE block drops its routed copies and
+    intermediates, more than the norms and the activation together; it costs the block's
+    forward and its dispatch and combine again."""
+    cfg = CONFIGS[0]
+    base = evaluate(_moe(), cfg, check=False)
+    small = evaluate(_moe(("core_attn", "layernorm", "moe_act")), cfg, check=False)
+    whole = evaluate(_moe(("core_attn", "layernorm", "moe")), cfg, check=False)
+    assert whole.memory_per_gpu_bytes < small.memory_per_gpu_bytes < base.memory_per_gpu_bytes
+    assert whole.iteration_time_s > small.iteration_time_s > base.iteration_time_s
+
+
+def test_spellings_and_canonical_order():
+    assert WorkloadSpec(recompute_modules="moe_act, layernorm").recompute_modules == ("layernorm", "moe_act")
+    assert map_recompute_modules("--recompute-modules moe_act layernorm") == "moe_act,layernorm"
+    assert map_recompute_modules("'norm, act, shared_expert'") == "layernorm,moe_act,shared_experts"
+    assert map_recompute_modules("selective 'layernorm moe'") == "layernorm,moe"
+    assert map_recompute_modules("mlp, mla_up_proj") is None       # not priced: the row is skipped
+    assert map_recompute_modules("core_attn") == "core_attn"
+
+
+@pytest.mark.parametrize("bad", [{"recompute_modules": "foo"},
+                                 {"recompute_modules": "mlp", "activation_memory": "eager"}])
+def test_bad_module_lists_are_refused(bad):
+    with pytest.raises(ValueError, match="recompute_modules|core_attn"):
+        WorkloadSpec(**bad)
+
+
+def test_runs_column(tmp_path):
+    p = _write(tmp_path, [
+        {"recompute": "selective", "recompute_modules": "norm, act", "moe_experts": "8", "moe_topk": "2"},
+        {"recompute": "", "recompute_modules": "--recompute-modules layernorm", "micro_batch": "1"},
+        {"recompute": "full", "recompute_modules": "layernorm"},
+        {"recompute": "selective", "recompute_modules": "mla_up_proj mlp"},
+    ])
+    cases, skipped = V.read_runs(p)
+    assert [c.scenario.workload.recompute_modules for c in cases] == [("layernorm", "moe_act"), ("layernorm",)]
+    assert cases[1].config.recompute == "selective" and cases[1].recompute_stated
+    assert "recompute=selective (recompute_modules stated)" in cases[1].assumptions
+    assert [s.get("column") for s in skipped] == ["recompute_modules", "recompute_modules"]
+    assert "needs recompute selective" in skipped[0]["reason"] or "need recompute selective" in skipped[0]["reason"]
+    assert "mla_up_proj" in skipped[1]["reason"]
+
+
+def test_launch_notes_name_the_modules():
+    from autotune.launch import megatron_args
+    args, _ = megatron_args(_moe(("layernorm", "moe_act")), CONFIGS[1])
+    assert "--recompute-granularity selective" in args and "--recompute-modules layernorm moe_act" in args
+    args, _ = megatron_args(_moe(), CONFIGS[1])
+    assert not any(a.startswith("--recompute-modules") for a in args)
