@@ -21,6 +21,7 @@ def _moe(mods=("core_attn",), **over):
     return build_scenario("mixtral-8x7b", "single-building", gpus=64, overrides=sets)
 
 
+GQA_MODULES = tuple(m for m in RECOMPUTE_MODULES if m != "mla_up_proj")
 CONFIGS = (Config(tp=2, ep=8, pp=4, dp=8, pp_schedule="1f1b", micro_batch=1, recompute="selective"),
            Config(tp=1, ep=8, pp=1, dp=64, dp_flavour="zero1", micro_batch=2, recompute="selective"),
            Config(tp=4, ep=4, pp=2, dp=8, pp_schedule="interleaved_1f1b", pp_chunks=2, micro_batch=1,
@@ -28,8 +29,7 @@ CONFIGS = (Config(tp=2, ep=8, pp=4, dp=8, pp_schedule="1f1b", micro_batch=1, rec
 
 
 @settings(max_examples=40, deadline=None)
-@given(st.sets(st.sampled_from(RECOMPUTE_MODULES), min_size=1), st.sampled_from(RECOMPUTE_MODULES),
-       st.sampled_from(CONFIGS))
+@given(st.sets(st.sampled_from(GQA_MODULES), min_size=1), st.sampled_from(GQA_MODULES), st.sampled_from(CONFIGS))
 def test_one_more_module_never_holds_more_or_runs_faster(mods, extra, cfg):
     """Adding a module to the list: memory never grows, the step never gets shorter."""
     a = evaluate(_moe(tuple(mods)), cfg, check=False)
@@ -65,7 +65,8 @@ def test_spellings_and_canonical_order():
     assert map_recompute_modules("--recompute-modules moe_act layernorm") == "moe_act,layernorm"
     assert map_recompute_modules("'norm, act, shared_expert'") == "layernorm,moe_act,shared_experts"
     assert map_recompute_modules("selective 'layernorm moe'") == "layernorm,moe"
-    assert map_recompute_modules("mlp, mla_up_proj") is None       # not priced: the row is skipped
+    assert map_recompute_modules("--recompute-modules mlp up_proj") == "mlp,mla_up_proj"
+    assert map_recompute_modules("mlp, rope") is None
     assert map_recompute_modules("core_attn") == "core_attn"
 
 
@@ -81,15 +82,17 @@ def test_runs_column(tmp_path):
         {"recompute": "selective", "recompute_modules": "norm, act", "moe_experts": "8", "moe_topk": "2"},
         {"recompute": "", "recompute_modules": "--recompute-modules layernorm", "micro_batch": "1"},
         {"recompute": "full", "recompute_modules": "layernorm"},
-        {"recompute": "selective", "recompute_modules": "mla_up_proj mlp"},
+        {"recompute": "selective", "recompute_modules": "mla_up_proj mlp"},      # GQA model: no MLA
+        {"recompute": "selective", "recompute_modules": "mlp, rope"},
     ])
     cases, skipped = V.read_runs(p)
     assert [c.scenario.workload.recompute_modules for c in cases] == [("layernorm", "moe_act"), ("layernorm",)]
     assert cases[1].config.recompute == "selective" and cases[1].recompute_stated
     assert "recompute=selective (recompute_modules stated)" in cases[1].assumptions
-    assert [s.get("column") for s in skipped] == ["recompute_modules", "recompute_modules"]
-    assert "needs recompute selective" in skipped[0]["reason"] or "need recompute selective" in skipped[0]["reason"]
-    assert "mla_up_proj" in skipped[1]["reason"]
+    assert len(skipped) == 3 and skipped[0].get("column") == skipped[2].get("column") == "recompute_modules"
+    assert "need recompute selective" in skipped[0]["reason"]
+    assert "mla_up_proj" in skipped[1]["reason"] and "multi-latent" in skipped[1]["reason"]
+    assert skipped[2].get("value") == "mlp, rope"
 
 
 def test_launch_notes_name_the_modules():
@@ -98,3 +101,28 @@ def test_launch_notes_name_the_modules():
     assert "--recompute-granularity selective" in args and "--recompute-modules layernorm moe_act" in args
     args, _ = megatron_args(_moe(), CONFIGS[1])
     assert not any(a.startswith("--recompute-modules") for a in args)
+
+
+def test_attention_keeps_each_tensor_at_its_width():
+    """Multi-head attention with heads x head_dim = h keeps Korthikanti's 5h elements (10 sbh);
+    GQA keeps narrower keys and values; DeepSeek-V3's MLA keeps its 128 up-projected heads
+    (q and k 192 wide, v 128) and its two latents: 13x h, of which mla_up_proj drops 9.1x h."""
+    gpt3 = build_scenario("gpt3-175b", "single-building", gpus=64).model
+    llama = build_scenario("llama3-70b", "single-building", gpus=64).model
+    ds = build_scenario("deepseek-v3", "single-building", gpus=64).model
+    assert gpt3.attention_saved_elems == 5 * gpt3.hidden and gpt3.mla_up_elems == 0 and gpt3.mla_up_gemms == ()
+    assert llama.attention_saved_elems == 8192 + 8192 + 2 * 1024 + 8192
+    assert ds.attention_saved_elems == 7168 + 24576 + 128 * (192 + 128) + 16384 + 2 * (1536 + 512)
+    assert ds.mla_up_elems == 24576 + 128 * (192 + 128)
+    assert ds.mla_up_gemms == ((1536, 128 * 192), (512, 128 * (128 + 128)))
+
+
+def test_mla_up_proj_trades_memory_for_the_up_projections():
+    over = ["workload.recompute_modules=core_attn,mla_up_proj"]
+    base = build_scenario("deepseek-v3", "single-building", gpus=1024)
+    up = build_scenario("deepseek-v3", "single-building", gpus=1024, overrides=over)
+    cfg = Config(tp=1, ep=64, pp=16, dp=64, pp_schedule="1f1b", micro_batch=1, recompute="selective")
+    a, b = evaluate(base, cfg, check=False), evaluate(up, cfg, check=False)
+    assert b.memory_per_gpu_bytes < a.memory_per_gpu_bytes and b.iteration_time_s > a.iteration_time_s
+    with pytest.raises(ValueError, match="mla_up_proj needs multi-latent attention"):
+        _moe(("mla_up_proj",))

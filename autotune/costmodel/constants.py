@@ -24,7 +24,12 @@ fused vocab-parallel one reuses the buffer). Of 4, 8 and 12, 8 matches the playb
 peaks best (60 rows, median |error| 9.3% vs 12.8% and 12.7%): an in-sample choice."""
 
 # ---- activations (Korthikanti et al. 2022, arXiv:2205.05198, eq. 2 and Table 2) ----
-ACT_ATTN_BYTES_PER_TOKEN_HIDDEN = 15.0   # attention block 11 sbh + two layer norms 4 sbh
+ACT_ATTN_BYTES_PER_TOKEN_HIDDEN = 15.0   # attention block 11 sbh + two layer norms 4 sbh (multi-head
+                                         # attention with heads x head_dim = h: its 11 sbh are 2 B x (the
+                                         # QKV input, Q, K, V and the output projection's input, h each)
+                                         # + a 1 B dropout mask; ScenarioConsts.attn_act_elems counts each
+                                         # tensor at its own width: GQA's K and V, MLA's latents)
+ACT_ATTN_MASK_AND_NORMS_BYTES_PER_TOKEN_HIDDEN = 5.0  # of the 15: the dropout mask (1) and the norms' inputs (4)
 ACT_MLP_BYTES_PER_TOKEN_HIDDEN = 19.0    # MLP block with a 4h GELU FFN
 ACT_SCORES_BYTES_PER_TOKEN_HEAD_SEQ = 5.0  # softmax scores + dropout mask, the 5 a s^2 b term
 ACT_MLP_INPUT_BYTES_PER_TOKEN_HIDDEN = 2.0  # the MLP's 16-bit input, part of its 19 sbh

@@ -313,7 +313,8 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
                            + 2 * (1 - k.moe_frac) * k.dense_mlp_params * ("mlp" in mods)
                            + 2 * k.moe_frac * ((k.moe_other_params - k.attn_params + k.top_k * k.expert_params)
                                                * ("moe" in mods)
-                                               + k.shared * k.expert_params * ("shared_experts" in mods and "moe" not in mods)))
+                                               + k.shared * k.expert_params * ("shared_experts" in mods and "moe" not in mods))
+                           + 2 * sum(K_ * N_ for K_, N_ in k.mla_up_gemms) * ("mla_up_proj" in mods))
     recompute_flops = xp.select([rc == R_FULL, rc == R_SELECTIVE], [flops_tok_fwd, sel_flops_tok], 0.0) * tokens_step
     denom = iteration * k.n_gpus * k.peak_precision
 

@@ -53,6 +53,9 @@ class ScenarioConsts:
     pp_layout: int               # LAYOUT_EVEN, LAYOUT_ENDS or LAYOUT_BALANCED (WorkloadSpec.pipeline_layout)
     head_layer_equiv: float      # the head's block cost in layers, nanotron's weights (balanced split)
     rc_modules: frozenset = frozenset({"core_attn"})   # WorkloadSpec.recompute_modules (recompute = selective)
+    attn_act_elems: float = 0.0  # elements per token the attention block's GEMMs and core keep (ModelSpec)
+    mla_up_elems: float = 0.0    # of them, MLA's up-projected queries, keys and values (mla_up_proj)
+    mla_up_gemms: tuple = ()     # MLA's up projections as (K, N) per token, N split by TP
 
 
 FSDP_EVERY_PASS, FSDP_FORWARD, FSDP_NEVER = range(3)
@@ -183,6 +186,7 @@ def _compute_consts(scenario: Scenario, params: CostParams) -> ScenarioConsts:
         fsdp_regather=_REGATHER[scenario.workload.fsdp_regather],
         pp_layout=_LAYOUT[scenario.workload.resolved_pipeline_layout], head_layer_equiv=head_layer_equivalents(m),
         rc_modules=frozenset(scenario.workload.recompute_modules),
+        attn_act_elems=m.attention_saved_elems, mla_up_elems=m.mla_up_elems, mla_up_gemms=m.mla_up_gemms,
     )
     return k
 

@@ -147,6 +147,9 @@ def compute_terms(k: ScenarioConsts, p: CostParams, mb, cp, tp, ep, et, xp) -> C
     mods = k.rc_modules
     norms = memory_bound_time_s(C.LAYERNORM_RECOMPUTE_TRAFFIC_BYTES_PER_TOKEN_HIDDEN * tok * k.h / tp, k.hbm_Bps) \
         if "layernorm" in mods else 0.0
+    if "mla_up_proj" in mods:
+        for K_, N_ in k.mla_up_gemms:
+            norms = norms + gemm_time(tok, K_, N_ / tp)
     rc_dense = norms + (mlp_dense if "mlp" in mods else 0.0)
     rc_moe = norms + (moe_lin + moe_permute if "moe" in mods else
                       moe_act * ("moe_act" in mods) + shared * ("shared_experts" in mods))
@@ -389,13 +392,15 @@ def act_per_microbatch(k: ScenarioConsts, rc, tok, tp, Ls, Ls_dense, Ls_moe, xp)
         mlp_moe = k.top_k * C.EXPERT_IMBALANCE_FACTOR * (
             C.ACT_MOE_ROUTED_COPY_ELEMS_PER_TOKEN_HIDDEN * C.ACTIVATION_BYTES + inner * width_e) \
             + k.shared * C.ACT_MLP_BYTES_PER_TOKEN_HIDDEN * width_e
-        act_lin = act_scale * tok * k.h / tp * (C.ACT_ATTN_BYTES_PER_TOKEN_HIDDEN * Ls
+        attn = C.ACT_ATTN_MASK_AND_NORMS_BYTES_PER_TOKEN_HIDDEN + C.ACTIVATION_BYTES * k.attn_act_elems / k.h
+        act_lin = act_scale * tok * k.h / tp * (attn * Ls
                                                 + C.ACT_MLP_BYTES_PER_TOKEN_HIDDEN * Ls_dense * mlp_dense_k
                                                 + Ls_moe * mlp_moe)
         mods = k.rc_modules
         routed_moe = k.top_k * C.EXPERT_IMBALANCE_FACTOR * C.ACT_MLP_FC2_INPUT_BYTES_PER_TOKEN_HIDDEN * k.ffn_e / (4 * k.h)
         shared_moe = k.shared * inner * width_e
         dropped = (C.ACT_NORM_OUTPUTS_BYTES_PER_TOKEN_HIDDEN * Ls * ("layernorm" in mods)
+                   + C.ACTIVATION_BYTES * k.mla_up_elems / k.h * Ls * ("mla_up_proj" in mods)
                    + inner * mlp_dense_k * Ls_dense * ("mlp" in mods)
                    + Ls_moe * (mlp_moe if "moe" in mods else
                                routed_moe * ("moe_act" in mods) + shared_moe * ("shared_experts" in mods)))

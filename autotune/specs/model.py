@@ -131,6 +131,31 @@ class ModelSpec(BaseModel):
         return kv_heads * (self.qk_head_dim + self.v_dim)
 
     @property
+    def attention_saved_elems(self) -> int:
+        """Elements per token the attention block keeps for its backward (fused kernels), each
+        tensor at its own width: the QKV projection's input (h), the queries, keys and values the
+        core attention saves (q_width + kv_width), the output projection's input (n_heads d_v) and,
+        for MLA, the two latents before and after their norms (2 (q_lora + kv_lora)). Multi-head
+        attention with n_heads x head_dim = h gives 5h: Korthikanti et al. 2022's 10 sbh."""
+        latents = 2 * (self.q_lora_rank + self.kv_lora_rank) if self.attention == "mla" else 0
+        return self.hidden + self.q_width + self.kv_width + self.n_heads * self.v_dim + latents
+
+    @property
+    def mla_up_elems(self) -> int:
+        """MLA's up-projected queries, keys and values per token (what Megatron-Core's
+        mla_up_proj recomputation drops); 0 for other attention."""
+        return self.q_width + self.kv_width if self.attention == "mla" else 0
+
+    @property
+    def mla_up_gemms(self) -> tuple[tuple[int, int], ...]:
+        """MLA's up projections as (K, N) per token, N split by TP (``attn_gemms``' head-split
+        projections fed by a latent); () for other attention."""
+        if self.attention != "mla":
+            return ()
+        return tuple((k_, n_) for k_, n_, split in self.attn_gemms
+                     if split == "N" and k_ in (self.q_lora_rank, self.kv_lora_rank) and k_ != self.hidden)
+
+    @property
     def mlp_matrices(self) -> int:
         """A gated MLP (SwiGLU, GeGLU) has 3 weight matrices (gate, up, down), others 2 (up, down)."""
         return 3 if self.activation in ("swiglu", "geglu") else 2

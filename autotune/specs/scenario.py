@@ -25,6 +25,9 @@ class Scenario(BaseModel):
             for i, b in enumerate(self.cluster.buildings):
                 if not b.gpu.peak_flops_fp8:
                     raise ValueError(f"workload.precision 'fp8' is not supported by buildings.{i}.gpu ({b.gpu.name})")
+        if "mla_up_proj" in self.workload.recompute_modules and self.model.attention != "mla":
+            raise ValueError(f"workload.recompute_modules mla_up_proj needs multi-latent attention (model.attention "
+                             f"is {self.model.attention})")
         return self
 
     @property

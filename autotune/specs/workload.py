@@ -14,7 +14,7 @@ than torchtitan (whose ``generate_llm_fqn_per_model_part`` counts the embedding 
 layer each: ends), so it keeps even unless ``pipeline_layout`` says otherwise."""
 
 
-RECOMPUTE_MODULES = ("core_attn", "layernorm", "mlp", "moe_act", "shared_experts", "moe")
+RECOMPUTE_MODULES = ("core_attn", "layernorm", "mla_up_proj", "mlp", "moe_act", "shared_experts", "moe")
 """Megatron-Core's ``--recompute-modules`` (transformer_config.py) that the model prices: what
 ``recompute = selective`` re-runs in the backward. core_attn alone is Korthikanti et al. 2022's
 selective recomputation (Megatron's default module list)."""
@@ -82,6 +82,7 @@ class WorkloadSpec(BaseModel):
         default=("core_attn",), min_length=1, description="what recompute = selective re-runs in the "
         "backward (Megatron-Core's --recompute-modules; a comma-separated list): core_attn = the attention "
         "core (Korthikanti et al.'s selective recomputation, the default), layernorm = both norms' outputs, "
+        "mla_up_proj = MLA's up projections (their queries, keys and values; MLA models only), "
         "mlp = a dense layer's MLP, moe_act = the routed experts' activation function, shared_experts = "
         "the shared experts' MLP, moe = the whole MoE block with its dispatch and combine. Each drops "
         "what that module keeps for the backward and charges its forward again; fused activation memory only")

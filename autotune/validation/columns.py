@@ -204,16 +204,16 @@ def map_pipeline_layout(text: str) -> str | None:
 _MODULE_SPELLINGS = {"core_attn": "core_attn", "core_attention": "core_attn", "attention": "core_attn",
                      "attn": "core_attn", "layernorm": "layernorm", "norm": "layernorm", "norms": "layernorm",
                      "mlp": "mlp", "moe_act": "moe_act", "act": "moe_act", "shared_experts": "shared_experts",
-                     "shared_expert": "shared_experts", "shared": "shared_experts", "moe": "moe"}
+                     "shared_expert": "shared_experts", "shared": "shared_experts", "moe": "moe",
+                     "mla_up_proj": "mla_up_proj", "up_proj": "mla_up_proj"}
 """Spellings of Megatron-Core's --recompute-modules (WorkloadSpec.recompute_modules): its own names,
 and the short forms of Megatron-MoE-ModelZoo's tables ('norm, act')."""
 
 
 def map_recompute_modules(text: str) -> str | None:
     """A comma-, space- or plus-separated module list ("--recompute-modules moe_act layernorm",
-    "norm, act") as WorkloadSpec's comma-separated names; None where a name is not one the model
-    prices (mla_up_proj among them: MLA's up-projected queries, keys and values are not in the
-    activation accounting)."""
+    "norm, act", "mlp up_proj") as WorkloadSpec's comma-separated names; None where a name is not
+    one the model prices."""
     t = re.sub(r"--recompute-modules|selective|[\'\"()\[\]]", " ", (text or "").lower())
     names = [x for x in re.split(r"[,;+/\s]+|\band\b", t) if x]
     mods = [_MODULE_SPELLINGS.get(x) for x in names]

@@ -64,7 +64,7 @@ def _recompute_modules(row: dict, assumed: list, rec: str) -> str | None:
     their spellings), None where the cell is empty (selective then means the attention core). It
     needs recompute selective or empty (then selective, printed with the row)."""
     mods = _stated(row, "recompute_modules", map_recompute_modules, "names a module the model does not price "
-                   "(core_attn, layernorm, mlp, moe_act, shared_experts, moe; mla_up_proj is not priced)")
+                   "(core_attn, layernorm, mla_up_proj, mlp, moe_act, shared_experts, moe)")
     if mods is None:
         return None
     if rec and rec != "selective":
