@@ -116,7 +116,11 @@ def megatron_args(scenario, cfg: Config) -> tuple[list[str], list[str]]:
         args += (["--moe-token-dispatcher-type flex", "--moe-flex-dispatcher-backend deepep"] if wl.ep_token_dedup
                  else ["--moe-token-dispatcher-type alltoall"])
         if wl.ep_comm_overlap:
-            if (cfg.pp == 1 or cfg.pp_schedule == "interleaved_1f1b") and cfg.recompute != "full":
+            moe_rerun = cfg.recompute == "full" or (cfg.recompute == "selective" and "moe" in wl.recompute_modules)
+            if moe_rerun:
+                notes.append("ep_comm_overlap: Megatron-Core refuses --overlap-moe-expert-parallel-comm with full "
+                             "recomputation or the moe recompute module")
+            elif cfg.pp == 1 or cfg.pp_schedule == "interleaved_1f1b":
                 args.append("--overlap-moe-expert-parallel-comm")
             else:
                 notes.append("ep_comm_overlap: Megatron-Core overlaps the EP all-to-all only at pp 1 or with the "

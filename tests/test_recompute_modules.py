@@ -17,7 +17,9 @@ from test_runs_schema import _write
 
 
 def _moe(mods=("core_attn",), **over):
-    sets = [f"workload.recompute_modules={','.join(mods)}"] + [f"{k}={v}" for k, v in over.items()]
+    """Mixtral-8x7B with one shared expert (so that every module applies)."""
+    sets = [f"workload.recompute_modules={','.join(mods)}", "model.moe_shared_experts=1"] + [
+        f"{k}={v}" for k, v in over.items()]
     return build_scenario("mixtral-8x7b", "single-building", gpus=64, overrides=sets)
 
 
@@ -44,7 +46,8 @@ def test_modules_matter_only_under_selective_and_the_default_is_the_attention_co
         a, b = evaluate(_moe(), cfg, check=False), evaluate(_moe(("layernorm", "moe")), cfg, check=False)
         assert (a.iteration_time_s, a.memory_per_gpu_bytes) == (b.iteration_time_s, b.memory_per_gpu_bytes)
     assert WorkloadSpec().recompute_modules == ("core_attn",)
-    assert _moe().key == build_scenario("mixtral-8x7b", "single-building", gpus=64).key
+    assert _moe().key == build_scenario("mixtral-8x7b", "single-building", gpus=64,
+                                        overrides=["model.moe_shared_experts=1"]).key
     assert _moe(("layernorm", "moe_act")).key != _moe().key
 
 
@@ -90,8 +93,10 @@ def test_runs_column(tmp_path):
     assert cases[1].config.recompute == "selective" and cases[1].recompute_stated
     assert "recompute=selective (recompute_modules stated)" in cases[1].assumptions
     assert len(skipped) == 3 and skipped[0].get("column") == skipped[2].get("column") == "recompute_modules"
+    assert map_recompute_modules("--recompute-granularity selective --recompute-modules moe-act moe_layer") == "moe_act,moe"
     assert "need recompute selective" in skipped[0]["reason"]
     assert "mla_up_proj" in skipped[1]["reason"] and "multi-latent" in skipped[1]["reason"]
+    assert skipped[1].get("column") == "recompute_modules"
     assert skipped[2].get("value") == "mlp, rope"
 
 
@@ -115,6 +120,8 @@ def test_attention_keeps_each_tensor_at_its_width():
     assert ds.attention_saved_elems == 7168 + 24576 + 128 * (192 + 128) + 16384 + 2 * (1536 + 512)
     assert ds.mla_up_elems == 24576 + 128 * (192 + 128)
     assert ds.mla_up_gemms == ((1536, 128 * 192), (512, 128 * (128 + 128)))
+    lite = ds.model_copy(update={"q_lora_rank": 0})          # DeepSeek-V2-Lite style: no query latent
+    assert lite.mla_up_gemms[0] == (7168, 128 * 192)
 
 
 def test_mla_up_proj_trades_memory_for_the_up_projections():
@@ -126,3 +133,37 @@ def test_mla_up_proj_trades_memory_for_the_up_projections():
     assert b.memory_per_gpu_bytes < a.memory_per_gpu_bytes and b.iteration_time_s > a.iteration_time_s
     with pytest.raises(ValueError, match="mla_up_proj needs multi-latent attention"):
         _moe(("mla_up_proj",))
+
+
+def test_modules_that_do_not_apply_are_refused():
+    with pytest.raises(ValueError, match="need a mixture-of-experts model"):
+        build_scenario("llama3-8b", "single-building", gpus=8, overrides=["workload.recompute_modules=moe_act"])
+    with pytest.raises(ValueError, match="needs shared experts"):
+        build_scenario("mixtral-8x7b", "single-building", gpus=8, overrides=["workload.recompute_modules=shared_experts"])
+    with pytest.raises(ValueError, match="core_attn only"):     # with_workload validates again
+        _moe().with_workload(activation_memory="eager", recompute_modules=("mlp",))
+
+
+def test_full_recomputation_re_runs_at_least_what_any_module_list_does():
+    """Full recomputation re-runs every layer's forward, the MoE dispatch and combine and the TP
+    collectives included: never faster, and never holding more, than selective with every module."""
+    every = tuple(m for m in GQA_MODULES)
+    for cfg in CONFIGS:
+        full = evaluate(_moe(every), cfg.model_copy(update={"recompute": "full"}), check=False)
+        sel = evaluate(_moe(every), cfg, check=False)
+        assert full.iteration_time_s >= sel.iteration_time_s
+        assert full.memory_per_gpu_bytes <= sel.memory_per_gpu_bytes
+
+
+def test_ep_overlap_is_off_under_the_moe_module():
+    from autotune.launch import megatron_args
+    scen = _moe(("layernorm", "moe"), **{"workload.ep_comm_overlap": "true", "workload.ep_token_dedup": "true"})
+    args, notes = megatron_args(scen, CONFIGS[1])
+    assert "--overlap-moe-expert-parallel-comm" not in args and any("moe recompute module" in n for n in notes)
+    cfg = CONFIGS[1]
+    on = evaluate(_moe(("layernorm", "moe_act"), **{"workload.ep_comm_overlap": "true"}), cfg, check=False)
+    off = evaluate(_moe(("layernorm", "moe_act")), cfg, check=False)
+    assert on.iteration_time_s < off.iteration_time_s       # overlap hides some all-to-all
+    on_m = evaluate(_moe(("layernorm", "moe"), **{"workload.ep_comm_overlap": "true"}), cfg, check=False)
+    off_m = evaluate(_moe(("layernorm", "moe")), cfg, check=False)
+    assert on_m.iteration_time_s == off_m.iteration_time_s  # refused under the moe module

@@ -13,6 +13,12 @@ ADAM_STEP_TRAFFIC_BYTES_PER_PARAM = 30.0
 """HBM traffic of one fused Adam step per owned parameter: read fp32 master, m, v, grad (16 B),
 write master, m, v (12 B) and the bf16 copy (2 B)."""
 
+ADAM_BF16_MOMENTS_SAVED_BYTES_PER_PARAM = 4.0
+"""Adam's m and v kept in bf16 instead of fp32 (Megatron-Core's --use-precision-aware-optimizer
+--exp-avg-dtype bf16 --exp-avg-sq-dtype bf16; DeepSeek-V3 report sec. 3.3.2): 2 B each fewer."""
+ADAM_BF16_MOMENTS_TRAFFIC_SAVED_BYTES_PER_PARAM = 8.0
+"""The Adam step reads and writes m and v at 2 B instead of 4: 8 B fewer of its 30 B traffic."""
+
 FP32_BYTES = 4.0                      # one fp32 element (precision=fp32 training)
 ACTIVATION_BYTES = 2.0                # bf16 on the wire: activations (TP, CP, PP, EP), gradients reduced
                                       # (Megatron --grad-reduce-in-bf16, FSDP2 mixed precision) and
@@ -38,12 +44,16 @@ ACT_MOE_ROUTED_COPY_ELEMS_PER_TOKEN_HIDDEN = 2.0  # per routed copy: the permute
 ACT_FULL_RECOMPUTE_BYTES_PER_TOKEN_HIDDEN = 2.0  # only the bf16 layer input is kept
 # what each of Megatron-Core's --recompute-modules drops (recompute = selective), in Korthikanti's
 # per-token units (bytes per token per hidden unit at a 4h FFN width):
-ACT_NORM_OUTPUTS_BYTES_PER_TOKEN_HIDDEN = 4.0  # layernorm: the two norms' bf16 outputs (QKV's and fc1's
-                                               # inputs); each norm's input is the residual, kept anyway
+ACT_NORM_OUTPUT_BYTES_PER_TOKEN_HIDDEN = 2.0  # layernorm: a separate norm's bf16 output (TransformerEngine
+                                              # fuses the input norm into linear_qkv and a dense layer's
+                                              # pre-MLP norm into fc1, gpt_layer_specs.py: only MLA's input
+                                              # norm and an MoE layer's pre-MLP norm are separate)
+ACT_MOE_INPUT_BYTES_PER_TOKEN_HIDDEN = 2.0  # an MoE block's bf16 input (the pre-MLP norm's output), kept by
+                                            # the router and the permutation
 ACT_MLP_FC2_INPUT_BYTES_PER_TOKEN_HIDDEN = 8.0  # moe_act: the activation's output, fc2's input (4h x 2 B,
                                                 # of the MLP's 19 sbh; the FFN's width, gated or not)
-LAYERNORM_RECOMPUTE_TRAFFIC_BYTES_PER_TOKEN_HIDDEN = 8.0
-"""Re-running both norms in the backward: each reads and writes the bf16 hidden vector (layernorm)."""
+NORM_RECOMPUTE_TRAFFIC_BYTES_PER_TOKEN_HIDDEN = 4.0
+"""Re-running one separate norm in the backward: it reads and writes the bf16 hidden vector (layernorm)."""
 
 # ---- activations of PyTorch eager autograd (WorkloadSpec.activation_memory = "eager") ----
 # Derived from what autograd saves, counted with torch.autograd.graph.saved_tensors_hooks on the

@@ -172,7 +172,7 @@ def hetero_shares(types: tuple, speeds: list, L, p: CostParams, batch, m, pp, Ls
 
 def typed_memory(types: tuple, factors: tuple, held, fixed, xp):
     """(memory, deficit) of a mixed cluster: each GPU type's ranks hold f held + fixed bytes
-    (``terms.memory_per_gpu``'s parts: states and activations scale with the layers, the buffers
+    (``memory.memory_per_gpu``'s parts: states and activations scale with the layers, the buffers
     and reserve do not; f from ``HeteroShares.memory_types``) against their own HBM; the largest
     holding and the largest shortfall over the types. Under dp_out every type is charged the
     busiest replica's in-flight micro-batches (conservative for the slow types)."""

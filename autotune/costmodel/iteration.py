@@ -11,14 +11,14 @@ import numpy as np
 from ..specs.codes import Recompute
 from ..specs.config import CATEGORICAL, FIELDS
 from ..specs.scenario import Scenario
-from . import constants as C
 from . import nccl as N
 from .collectives import all_to_all_time, dedup_share, p2p_time, tp_collective_time, tp_exposed
 from .params import CostParams, default_params
 from .pipeline import (S_1F1B, S_DUALPIPEV, S_GPIPE, S_INTERLEAVED, S_ZBV, bubble_time, chain_hops,
                        in_flight_microbatches, pipe_memory, paired_share, step_end_exposed, sync_windows)
 from .terms import (F_DDP, F_FSDP, F_HSDP, F_ZERO1, P_CP_OUT, P_DP_OUT, P_EP_OUT, P_HYBRID,  # noqa: F401
-                    P_PP_OUT, Transport, dp_comm_groups, expert_tp, layout, memory_per_gpu, sum_groups)
+                    P_PP_OUT, Transport, dp_comm_groups, expert_tp, layout, sum_groups)
+from .memory import memory_per_gpu
 from .compute_pass import pass_compute
 from .hetero import hetero_shares, row_speeds, speed_types, typed_memory
 from .scenario_consts import FSDP_EVERY_PASS, FSDP_FORWARD, members_per_node, scenario_consts, tier_of_span
@@ -118,9 +118,16 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
     t_tp_coll = xp.where(tp > 1, tp_collective_time(s_tp, tp, k.nvlink_Bps, p.nccl_overhead_scale, k.ll128, xp), 0.0)
     # an MoE layer whose experts run without TP (etp 1, folding) and that has no shared expert
     # (shared experts run at tp) has no TP collective around its MLP block
-    tp_colls = 2 * Ls + 2 * (Ls_dense + Ls_moe * xp.where((et > 1) | (k.shared > 0), 1.0, 0.0))
+    moe_tp = xp.where((et > 1) | (k.shared > 0), 1.0, 0.0)
+    tp_colls = 2 * Ls + 2 * (Ls_dense + Ls_moe * moe_tp)
+    # the backward runs them again for what it recomputes: everything under full recomputation,
+    # the MLP blocks the selective modules re-run (mlp; moe or shared_experts)
+    mods = k.rc_modules
+    tp_rerun = xp.select([rc == R_FULL, rc == R_SELECTIVE],
+                         [tp_colls, 2 * (Ls_dense * ("mlp" in mods)
+                                         + Ls_moe * moe_tp * (("moe" in mods) | ("shared_experts" in mods)))], 0.0)
     tp_f_link = tp_colls * t_tp_coll
-    tp_b_link = tp_colls * t_tp_coll * xp.where(rc == R_FULL, 2.0, 1.0)
+    tp_b_link = (tp_colls + tp_rerun) * t_tp_coll
     tp_f, tp_b = tp_f_link, tp_b_link
     if k.tp_overlap:    # hidden behind the layer's GEMMs: forward, backward data + weight gradients
         tp_f, tp_b = tp_exposed(tp_f_link, lin_x, tp, xp), tp_exposed(tp_b_link, lin_x + lin_f, tp, xp)
@@ -158,13 +165,16 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
     # DualPipeV pairs one micro-batch's forward with another's backward, each hiding the other's
     # a2a; so does Megatron-Core's EP overlap (ep_comm_overlap) in its paired passes, where it runs
     # at all (pp 1 or interleaved, no full recomputation: pipeline.paired_share)
-    paired = xp.where((rc != R_FULL) & (ep > 1), paired_share(sc, pp, v, m, xp), 0.0) if k.ep_overlap else 0.0
+    # (Megatron-Core refuses EP overlap with full recomputation or the moe recompute module)
+    moe_rerun = (rc == R_FULL) | ((rc == R_SELECTIVE) & ("moe" in k.rc_modules))
+    paired = xp.where(~moe_rerun & (ep > 1), paired_share(sc, pp, v, m, xp), 0.0) if k.ep_overlap else 0.0
     hide = xp.where(sc == S_DUALPIPEV, 1.0, paired)
     layer_f = t_attn_lin + t_moe_lin + t_core
     ep_f = Ls_moe * ((1.0 - hide) * 2 * t_a2a + hide * xp.maximum(0.0, 2 * t_a2a - layer_f))
     ep_b = Ls_moe * ((1.0 - hide) * 2 * t_a2a + hide * xp.maximum(0.0, 2 * t_a2a - 2 * layer_f))
-    if "moe" in k.rc_modules:    # recomputing the whole MoE block dispatches and combines again
-        ep_b = ep_b + xp.where(rc == R_SELECTIVE, Ls_moe * 2 * t_a2a, 0.0)
+    # recomputing the MoE block (full recomputation, or the moe module) dispatches and combines again
+    ep_b = ep_b + xp.where(moe_rerun, Ls_moe * 2 * t_a2a, 0.0)
+    ep_passes = 4.0 + xp.where(moe_rerun, 2.0, 0.0)   # all-to-alls per MoE layer and micro-batch
 
     def per_microbatch():
         """(t_f, t_b, t_w, T_comp, T_mb): forward, backward and weight-gradient time of one
@@ -287,11 +297,11 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
     shard_d = xp.select([fl == F_ZERO1, is_fsdp, is_hsdp], [n_d, n_d, n_in_d], 1.0)
     shard_e = xp.select([fl == F_ZERO1, is_fsdp, is_hsdp], [n_e, n_e, n_in_e], 1.0)
     owned = P_dense / shard_d + P_exp / shard_e
-    t_opt = owned * C.ADAM_STEP_TRAFFIC_BYTES_PER_PARAM / k.hbm_Bps
+    t_opt = owned * k.adam_traffic_bytes / k.hbm_Bps
 
     iteration = T_pipe + dp_exposed + t_opt
 
-    # ---- memory per GPU (bottleneck rank; terms.memory_per_gpu) ----
+    # ---- memory per GPU (bottleneck rank; memory.memory_per_gpu) ----
     infl_mem = in_flight_microbatches(sc, pp, v, m_busiest, xp) if types else infl   # the busiest replica's
     held, fixed = memory_per_gpu(k, fl, rc, rg, owned, P_dense, P_exp, tp, ep, et, tok, Ls, Ls_dense, Ls_moe,
                                  pipe_memory(sc, pp, v, m_busiest, infl_mem, lay.head_on_first, xp), xp)
@@ -308,7 +318,7 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
     flops_tok_fwd = k.L * (2 * act_params_layer + attn_core_flops_tok) + 2 * k.h * k.vocab
     tokens_step = k.global_batch * k.seq
     model_flops = 3 * flops_tok_fwd * tokens_step
-    mods = k.rc_modules     # selective: the recomputed modules' GEMM FLOPs (WorkloadSpec.recompute_modules)
+    # selective: the recomputed modules' GEMM FLOPs (WorkloadSpec.recompute_modules)
     sel_flops_tok = k.L * (attn_core_flops_tok * ("core_attn" in mods)
                            + 2 * (1 - k.moe_frac) * k.dense_mlp_params * ("mlp" in mods)
                            + 2 * k.moe_frac * ((k.moe_other_params - k.attn_params + k.top_k * k.expert_params)
@@ -327,14 +337,14 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
     xb_dp = xp.select([fl == F_DDP, fl == F_ZERO1, is_fsdp, is_hsdp], [xar, 2 * xrs, fsdp_colls * xrs, hxs], 0.0)
     # each crossing hop carries s_pp from every GPU of the sending stage (N/pp GPUs), both ways
     xb_pp = xp.where(has_pp, 2 * m * xhops * s_pp / pp, 0.0)
-    xb_ep = xp.where(x_ep > 1, m * Ls_moe * 4 * (B - 1) / B * a2a_bytes, 0.0)
+    xb_ep = xp.where(x_ep > 1, m * Ls_moe * ep_passes * (B - 1) / B * a2a_bytes, 0.0)
     xb_cp = xp.where(x_cp > 1, m * Ls * 3 * (cp - 1) * kv_bytes * B / cp, 0.0)
     xb_per_gpu = xb_dp + xb_pp + xb_ep + xb_cp
-    nvlink_bytes = m * tp_colls * xp.where(rc == R_FULL, 3.0, 2.0) * (tp - 1) / tp * s_tp   # fwd, bwd (+ recompute)
+    nvlink_bytes = m * (2 * tp_colls + tp_rerun) * (tp - 1) / tp * s_tp   # fwd, bwd (+ recompute)
 
     acct = {"m": m, "Ls": Ls, "Ls_moe": Ls_moe, "tp": tp, "cp": cp, "ep": ep, "et": et, "pp": pp, "cp_in": cp_in, "x_cp": x_cp,
             "ep_in": ep_in, "x_ep": x_ep, "nvlink_bytes": nvlink_bytes, "kv_bytes": kv_bytes, "bw_cp": bw_cp,
-            "a_cp": a_cp, "a2a_bytes": a2a_bytes, "t_a2a": t_a2a, "m_ep": m_ep, "ep_nic": ep_nic, "xb_cp": xb_cp, "xb_ep": xb_ep, "xb_pp": xb_pp,
+            "a_cp": a_cp, "a2a_bytes": a2a_bytes, "t_a2a": t_a2a, "ep_passes": ep_passes, "m_ep": m_ep, "ep_nic": ep_nic, "xb_cp": xb_cp, "xb_ep": xb_ep, "xb_pp": xb_pp,
             "stage_gpus": stage_gpus, "b_pp": b_pp, "hops": hops, "xhops": xhops, "s_pp": s_pp, "msgs": msgs,
             "t_p2p_x": t_p2p_x, "t_p2p_in": t_p2p_in, "dp_groups": dp_groups, "fl": fl, "fsdp_colls": fsdp_colls,
             "P_dense": P_dense, "P_exp": P_exp, "n_in_d": n_in_d, "n_in_e": n_in_e, "b_dp": b_dp, "x_exp": x_exp,

@@ -55,7 +55,9 @@ class ScenarioConsts:
     rc_modules: frozenset = frozenset({"core_attn"})   # WorkloadSpec.recompute_modules (recompute = selective)
     attn_act_elems: float = 0.0  # elements per token the attention block's GEMMs and core keep (ModelSpec)
     mla_up_elems: float = 0.0    # of them, MLA's up-projected queries, keys and values (mla_up_proj)
+    mla: float = 0.0             # 1.0 for multi-latent attention (its input norm is a separate module)
     mla_up_gemms: tuple = ()     # MLA's up projections as (K, N) per token, N split by TP
+    adam_traffic_bytes: float = C.ADAM_STEP_TRAFFIC_BYTES_PER_PARAM   # per owned parameter (WorkloadSpec.optimizer_moments)
 
 
 FSDP_EVERY_PASS, FSDP_FORWARD, FSDP_NEVER = range(3)
@@ -76,14 +78,16 @@ def head_layer_equivalents(m) -> float:
     return m.vocab * m.hidden / ((1.0 - frac) * dense + frac * moe)
 
 
-def precision_bytes(precision: str) -> tuple[float, float, float, float]:
+def precision_bytes(precision: str, moments: str = "fp32") -> tuple[float, float, float, float]:
     """(wire, weight, gradient, optimizer) bytes per element / parameter of a precision.
     Mixed precision (bf16/fp16/fp8 GEMMs): bf16 on the wire, 2 + 4 + 12 resident
     (``constants``); fp32 throughout: 4 on the wire, fp32 weights and gradients, Adam m and v
-    (4 + 4 + 8 = 16 B/param, no separate master copy)."""
+    (4 + 4 + 8 = 16 B/param, no separate master copy). bf16 ``moments`` (WorkloadSpec.optimizer_moments)
+    keep m and v in 2 B each: 4 B fewer of optimizer state."""
+    saved = C.ADAM_BF16_MOMENTS_SAVED_BYTES_PER_PARAM if moments == "bf16" else 0.0
     if precision == "fp32":
-        return C.FP32_BYTES, C.FP32_BYTES, C.FP32_BYTES, 2 * C.FP32_BYTES
-    return C.ACTIVATION_BYTES, C.WEIGHT_BYTES_PER_PARAM, C.GRAD_BYTES_PER_PARAM, C.OPTIMIZER_BYTES_PER_PARAM
+        return C.FP32_BYTES, C.FP32_BYTES, C.FP32_BYTES, 2 * C.FP32_BYTES - saved
+    return C.ACTIVATION_BYTES, C.WEIGHT_BYTES_PER_PARAM, C.GRAD_BYTES_PER_PARAM, C.OPTIMIZER_BYTES_PER_PARAM - saved
 
 
 def hybrid_split(B: int) -> tuple[int, int]:
@@ -182,11 +186,15 @@ def _compute_consts(scenario: Scenario, params: CostParams) -> ScenarioConsts:
         tp_overlap=scenario.workload.tp_comm_overlap, ep_overlap=scenario.workload.ep_comm_overlap,
         ep_dedup=scenario.workload.ep_token_dedup,
         compute_scale=1.0 / framework_efficiency(params, scenario.workload.framework),
-        **dict(zip(("wire_bytes", "weight_bytes", "grad_bytes", "optimizer_bytes"), precision_bytes(scenario.precision))),
+        **dict(zip(("wire_bytes", "weight_bytes", "grad_bytes", "optimizer_bytes"),
+                   precision_bytes(scenario.precision, scenario.workload.optimizer_moments))),
+        adam_traffic_bytes=C.ADAM_STEP_TRAFFIC_BYTES_PER_PARAM - (C.ADAM_BF16_MOMENTS_TRAFFIC_SAVED_BYTES_PER_PARAM
+                                                                  if scenario.workload.optimizer_moments == "bf16" else 0.0),
         fsdp_regather=_REGATHER[scenario.workload.fsdp_regather],
         pp_layout=_LAYOUT[scenario.workload.resolved_pipeline_layout], head_layer_equiv=head_layer_equivalents(m),
         rc_modules=frozenset(scenario.workload.recompute_modules),
         attn_act_elems=m.attention_saved_elems, mla_up_elems=m.mla_up_elems, mla_up_gemms=m.mla_up_gemms,
+        mla=1.0 if m.attention == "mla" else 0.0,
     )
     return k
 

@@ -76,9 +76,9 @@ def accounting(k, a: dict, xp) -> dict:
     add("cp", x_code, bytes_=a["xb_cp"])
     cp_link = m * Ls * (cp - 1.0) * (3.0 * a["kv_bytes"] / a["bw_cp"] + 2.0 * a["a_cp"])
     add("cp", xp.where(a["x_cp"] > 1, x_code, cp_in_code), link=cp_link, exposed=a["cp_s"])
-    # EP: dispatch and combine, forward and backward
+    # EP: dispatch and combine, forward and backward (and again where the backward recomputes them)
     ep = a["ep"]
-    ep_total = m * Ls_moe * 4.0 * (ep - 1.0) / ep * a["a2a_bytes"]
+    ep_total = m * Ls_moe * a["ep_passes"] * (ep - 1.0) / ep * a["a2a_bytes"]
     ep_in_code = in_building_tier(k, a["et"] * a["ep_in"], xp)   # EP members etp apart (iteration.py)
     # inside the building, the m_ep - 1 destinations on the GPU's own node are reached on NVLink
     ep_inside = xp.maximum(ep_total - a["xb_ep"], 0.0)
@@ -87,7 +87,7 @@ def accounting(k, a: dict, xp) -> dict:
     add("ep", T_NVLINK, bytes_=nvl_share * ep_inside)
     add("ep", ep_in_code, bytes_=(1.0 - nvl_share) * ep_inside * a["ep_nic"])   # de-duplicated: fewer
     add("ep", x_code, bytes_=a["xb_ep"])
-    add("ep", xp.where(a["x_ep"] > 1, x_code, ep_in_code), link=m * Ls_moe * 4.0 * a["t_a2a"], exposed=a["ep_s"])
+    add("ep", xp.where(a["x_ep"] > 1, x_code, ep_in_code), link=m * Ls_moe * a["ep_passes"] * a["t_a2a"], exposed=a["ep_s"])
     # PP: hop bytes of the chain; the bottleneck rank's sends, forward and backward
     has_pp = a["pp"] > 1
     pp_in_code = in_building_tier(k, 2.0 * a["stage_gpus"], xp)

@@ -152,8 +152,8 @@ class ModelSpec(BaseModel):
         projections fed by a latent); () for other attention."""
         if self.attention != "mla":
             return ()
-        return tuple((k_, n_) for k_, n_, split in self.attn_gemms
-                     if split == "N" and k_ in (self.q_lora_rank, self.kv_lora_rank) and k_ != self.hidden)
+        nope = self.qk_head_dim - self.qk_rope_head_dim
+        return ((self.q_lora_rank or self.hidden, self.q_width), (self.kv_lora_rank, self.n_heads * (nope + self.v_dim)))
 
     @property
     def mlp_matrices(self) -> int:

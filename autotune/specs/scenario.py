@@ -8,6 +8,18 @@ from .model import ModelSpec
 from .workload import WorkloadSpec
 
 
+def module_misfit(modules, model) -> str:
+    """Why a recompute module does not apply to ``model`` ('' where all do): mla_up_proj needs
+    multi-latent attention, moe_act and moe an MoE model, shared_experts shared experts."""
+    if "mla_up_proj" in modules and model.attention != "mla":
+        return f"mla_up_proj needs multi-latent attention (model.attention is {model.attention})"
+    if {"moe_act", "moe", "shared_experts"} & set(modules) and not model.moe_experts:
+        return "moe_act, moe and shared_experts need a mixture-of-experts model (model.moe_experts is 0)"
+    if "shared_experts" in modules and not model.moe_shared_experts:
+        return "shared_experts needs shared experts (model.moe_shared_experts is 0)"
+    return ""
+
+
 class Scenario(BaseModel):
     """Everything fixed while searching: what is trained, on what, over which network."""
 
@@ -25,9 +37,9 @@ class Scenario(BaseModel):
             for i, b in enumerate(self.cluster.buildings):
                 if not b.gpu.peak_flops_fp8:
                     raise ValueError(f"workload.precision 'fp8' is not supported by buildings.{i}.gpu ({b.gpu.name})")
-        if "mla_up_proj" in self.workload.recompute_modules and self.model.attention != "mla":
-            raise ValueError(f"workload.recompute_modules mla_up_proj needs multi-latent attention (model.attention "
-                             f"is {self.model.attention})")
+        bad = module_misfit(self.workload.recompute_modules, self.model)
+        if bad:
+            raise ValueError(f"workload.recompute_modules {bad}")
         return self
 
     @property
@@ -63,14 +75,14 @@ class Scenario(BaseModel):
         w = self.workload
         later = {name for name, default in (("fsdp_regather", "every_pass"), ("activation_memory", "fused"),
                                             ("optimizer_post_validation", False), ("pipeline_layout", None),
-                                            ("recompute_modules", ("core_attn",)))
+                                            ("recompute_modules", ("core_attn",)), ("optimizer_moments", "fp32"))
                  if getattr(w, name) == default}
         return hashlib.sha256(self.model_dump_json(exclude={"workload": later} if later else None)
                               .encode()).hexdigest()[:16]
 
     def with_workload(self, **fields) -> "Scenario":
         """The same scenario with these workload fields changed (a backend's workload semantics)."""
-        return self.model_copy(update={"workload": self.workload.model_copy(update=fields)})
+        return type(self).model_validate({**self.model_dump(), "workload": {**self.workload.model_dump(), **fields}})
 
     def model_copy(self, *, update=None, deep: bool = False) -> "Scenario":
         """Copies start with an empty derived-value cache (pydantic copies private attributes

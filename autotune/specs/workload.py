@@ -72,6 +72,10 @@ class WorkloadSpec(BaseModel):
         "inf/NaN) and rolls back in the rare step they fail (Qi et al. 2024, sec. 4; their Megatron fork's "
         "--enable-optimizer-post-validation): ZB-2p no longer waits at the step for the first forward to reach "
         "the last stage (priced for ZB-2p only)")
+    optimizer_moments: Literal["fp32", "bf16"] = Field(
+        default="fp32", description="dtype of Adam's first and second moments: fp32 (12 B of optimizer "
+        "state a parameter with the fp32 master) or bf16 (8 B; Megatron-Core's --use-precision-aware-optimizer "
+        "--exp-avg-dtype bf16 --exp-avg-sq-dtype bf16, DeepSeek-V3's report sec. 3.3.2)")
     activation_memory: Literal["fused", "eager"] = Field(
         default="fused", description="which tensors the backward keeps: fused = Megatron-Core / "
         "TransformerEngine kernels (Korthikanti et al. 2022's per-layer bytes); eager = PyTorch eager "

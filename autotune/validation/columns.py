@@ -36,7 +36,7 @@ COLUMNS = ("source", "model_name", "params_b", "n_layers", "hidden", "ffn_hidden
            "optimizer_post_validation", "expert_ffn_hidden", "moe_shared_experts", "first_k_dense", "moe_layer_step", "head_dim", "attention",
            "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "v_head_dim", "sliding_window",
            "sliding_window_layers", "activation", "framework", "flops_convention", "hbm_gb", "hbm_tbps",
-           "nic_gbps", "peak_memory_gb", "pipeline_layout", "recompute_modules", "notes")
+           "nic_gbps", "peak_memory_gb", "pipeline_layout", "recompute_modules", "optimizer_moments", "notes")
 """The columns of published_runs.csv (docs in ``autotune/data/published_runs.README.md``).
 ``source``, ``params_b`` and ``notes`` are informational: ``source`` names the row's source
 family; none of the three is parsed as a number."""
@@ -205,7 +205,7 @@ _MODULE_SPELLINGS = {"core_attn": "core_attn", "core_attention": "core_attn", "a
                      "attn": "core_attn", "layernorm": "layernorm", "norm": "layernorm", "norms": "layernorm",
                      "mlp": "mlp", "moe_act": "moe_act", "act": "moe_act", "shared_experts": "shared_experts",
                      "shared_expert": "shared_experts", "shared": "shared_experts", "moe": "moe",
-                     "mla_up_proj": "mla_up_proj", "up_proj": "mla_up_proj"}
+                     "mla_up_proj": "mla_up_proj", "up_proj": "mla_up_proj", "moe_layer": "moe"}
 """Spellings of Megatron-Core's --recompute-modules (WorkloadSpec.recompute_modules): its own names,
 and the short forms of Megatron-MoE-ModelZoo's tables ('norm, act')."""
 
@@ -214,12 +214,19 @@ def map_recompute_modules(text: str) -> str | None:
     """A comma-, space- or plus-separated module list ("--recompute-modules moe_act layernorm",
     "norm, act", "mlp up_proj") as WorkloadSpec's comma-separated names; None where a name is not
     one the model prices."""
-    t = re.sub(r"--recompute-modules|selective|[\'\"()\[\]]", " ", (text or "").lower())
+    t = re.sub(r"--recompute-(?:modules|granularity)|selective|[\'\"()\[\]]", " ", (text or "").lower())
+    t = re.sub(r"(?<=[a-z])-(?=[a-z])", "_", t)
     names = [x for x in re.split(r"[,;+/\s]+|\band\b", t) if x]
     mods = [_MODULE_SPELLINGS.get(x) for x in names]
     if not mods or None in mods:
         return None
     return ",".join(dict.fromkeys(mods))
+
+
+def map_moments(text: str) -> str | None:
+    """Adam moments' dtype (WorkloadSpec.optimizer_moments): "bf16", "BF16 optimizer states",
+    "--exp-avg-dtype bf16" -> bf16; "fp32", "float32" -> fp32."""
+    return _first_rule([(r"bf16|bfloat16", "bf16"), (r"fp32|float32", "fp32")], text)
 
 
 def map_convention(text: str) -> str | None:

@@ -7,7 +7,7 @@ import math
 from ..specs.presets import load_preset
 from ..specs.workload import default_pipeline_layout
 from .columns import (ALWAYS_RECOMPUTE_SOURCES, ASSUMED_FRAMEWORK, Skip, _cell, gpu_memory_gb, map_convention,
-                      map_framework, map_pipeline_layout, map_recompute_modules)
+                      map_framework, map_moments, map_pipeline_layout, map_recompute_modules)
 
 
 RACK_SCALE_DOMAIN_GPUS = 8
@@ -73,6 +73,11 @@ def _recompute_modules(row: dict, assumed: list, rec: str) -> str | None:
     if not rec:
         assumed.append("recompute=selective (recompute_modules stated)")
     return mods
+
+
+def _moments(row: dict) -> str:
+    """``optimizer_moments`` as stated (bf16 or fp32, or their spellings); empty: fp32 (Adam's default)."""
+    return _stated(row, "optimizer_moments", map_moments, "not bf16 or fp32 (Adam's moments)") or "fp32"
 
 
 def _convention(row: dict, assumed: list, metric: str) -> str:

@@ -6,6 +6,7 @@ import math
 import re
 from dataclasses import dataclass, field
 
+from ..specs.scenario import module_misfit
 from ..specs import Config, Scenario
 from ..specs.cluster import ClusterSpec, TierSpec
 from ..specs.model import ModelSpec
@@ -16,7 +17,7 @@ from .columns import (ALWAYS_RECOMPUTE_SOURCES, ASSUMED_FFN_MULTIPLE, GATED_NAME
                       PRE_FLASH_SOURCES, RECOMPUTE_VALUES, Skip, _cell, _int,
                       _match_flavour, _match_schedule, is_deepspeed_zero3, map_flavour, map_gpu, map_schedule, one_line,
                       source_family)
-from .row_fields import (RACK_SCALE_DOMAIN_GPUS, _convention, _pipeline_layout, _recompute_modules, _ep_dedup, _ep_overlap, _float, _framework, _hardware,
+from .row_fields import (RACK_SCALE_DOMAIN_GPUS, _convention, _moments, _pipeline_layout, _recompute_modules, _ep_dedup, _ep_overlap, _float, _framework, _hardware,
                          _post_validation, _tp_overlap)
 
 @dataclass
@@ -217,6 +218,7 @@ def build_case(i: int, row: dict) -> RunCase:
     if rec and rec not in RECOMPUTE_VALUES:
         raise Skip("not none/selective/full (empty = not stated)", "recompute", _cell(row, "recompute"))
     modules = _recompute_modules(row, assumed, rec)
+    moments = _moments(row)
     if modules and not rec:
         rec = "selective"
     sched = map_schedule(sched_text, vpp) if pp > 1 else "1f1b"
@@ -236,6 +238,9 @@ def build_case(i: int, row: dict) -> RunCase:
                           sliding_window_layers=n_window, moe_experts=experts, moe_top_k=topk,
                           moe_ffn_hidden=ffn_e, moe_shared_experts=shared, first_k_dense=first_dense,
                           moe_layer_step=layer_step, **mla)
+        misfit = module_misfit(modules.split(","), model) if modules else ""
+        if misfit:
+            raise Skip(misfit, "recompute_modules", _cell(row, "recompute_modules"))
         cluster = ClusterSpec(name="published-run", buildings=({"gpus": n, "gpu": hw},),
                               scale_out=TierSpec(bandwidth_Bps=hw.nic_bandwidth_Bps,
                                                  n_paths=min(max(n, 1), MAX_SCALE_OUT_PATHS),
@@ -255,8 +260,11 @@ def build_case(i: int, row: dict) -> RunCase:
                                                            ep_token_dedup=ep_dedup,
                                                            optimizer_post_validation=post_validation,
                                                            fsdp_regather=regather, pipeline_layout=layout,
-                                                           recompute_modules=modules or ("core_attn",)),
+                                                           recompute_modules=modules or ("core_attn",),
+                                                           optimizer_moments=moments),
                        cluster=cluster)
+    except Skip:
+        raise
     except Exception as e:  # noqa: BLE001 - any spec error makes this row unusable; say why
         raise _spec_skip(e, row) from None
     if not flavour_text and dp * cp > 1:

@@ -1,0 +1,126 @@
+"""Memory per GPU: states, activations by recomputation (and by module), logits, buffers
+(``memory_per_gpu``, the bottleneck rank's peak; ``iteration_formulas`` checks it against HBM)."""
+from __future__ import annotations
+
+from ..specs.codes import DPFlavour, Recompute
+from . import constants as C
+from .pipeline import PipeMemory
+from .scenario_consts import FSDP_EVERY_PASS, FSDP_NEVER, ScenarioConsts
+
+F_DDP, F_ZERO1, F_FSDP, F_HSDP = DPFlavour   # codes: specs/codes.py
+
+
+def memory_per_gpu(k: ScenarioConsts, fl, rc, rg, owned, P_dense, P_exp, tp, ep, et, tok, Ls, Ls_dense, Ls_moe,
+                   pm: PipeMemory, xp):
+    """Bytes one GPU holds at its peak (the bottleneck rank), as (held, fixed): their sum is the
+    peak; ``held`` (states and activations) scales with the layers a rank holds, ``fixed`` (the
+    gather buffer and the reserve) does not (``hetero.typed_memory`` scales it per GPU type):
+    - states: mixed-precision Adam, 2 + 4 + 12 bytes per parameter (ZeRO paper), the optimizer's
+      ``owned`` share sharded per DP flavour; FSDP that does not reshard within the step holds
+      unsharded gradients (regather forward, never) and weights (never) between micro-batches;
+    - FSDP's gather buffer: two layers' unsharded weights (prefetch);
+    - activations per micro-batch in flight: Korthikanti et al. 2022's per-layer bytes by
+      recomputation (16-bit; fp32 doubles them), attention scores where the attention is unfused,
+      one layer's full activations under full recomputation; under eager autograd
+      (``activation_memory``) the tensors PyTorch saves (``act_per_microbatch``);
+    - the logits (``logits_bytes``) on the rank that holds the head;
+    - eager (torch.distributed.pipelining): the stages' receive buffers, one micro-batch's
+      activations (tok x h) each (``pipeline.pipe_memory``);
+    - the framework's fixed reserve (CUDA context, NCCL buffers; ``constants``).
+    The first rank holds ``pm.infl`` micro-batches, the rank with the head ``pm.infl_head`` and their
+    logits (the same rank at pp 1 and in V schedules: ``head_on_first``); the peak is the larger
+    (both hold the same parameters: the embedding and the head are the same size). That is measured
+    for eager (``autotune memory``). The fused accounting keeps adding one micro-batch's logits to the
+    first rank under a pipeline: an in-sample choice, the playbook's measured nanotron peaks (60
+    rows) are 9.3% off that way and 16.1% with the larger of the two ranks, as their pipeline ranks
+    hold more than this accounting explains (most pp > 1 rows are under-predicted either way)."""
+    per_param_full = k.weight_bytes + k.grad_bytes + k.optimizer_bytes
+    sharded_all = (fl == F_FSDP) | (fl == F_HSDP)
+    held = (k.grad_bytes if rg != FSDP_EVERY_PASS else 0.0) + (k.weight_bytes if rg == FSDP_NEVER else 0.0)
+    states = xp.where(sharded_all, per_param_full * owned + held * (P_dense + P_exp - owned),
+                      (k.weight_bytes + k.grad_bytes) * (P_dense + P_exp)
+                      + k.optimizer_bytes * owned)
+    layer_params = (k.attn_params + xp.maximum(k.dense_mlp_params, k.moe_other_params - k.attn_params
+                                               + k.experts * k.expert_params * tp / (ep * et))) / tp
+    gather_buf = xp.where(sharded_all, 2 * k.weight_bytes * layer_params, 0.0)
+    act_mb, act_layer_full = act_per_microbatch(k, rc, tok, tp, Ls, Ls_dense, Ls_moe, xp)
+    full_extra = xp.where(rc == Recompute.FULL, act_layer_full, 0.0)
+    first = pm.infl * act_mb + full_extra
+    if k.eager_acts:
+        recv = pm.recv_buffers * k.wire_bytes * tok * k.h / tp
+        head = pm.infl_head * act_mb + full_extra + recv + logits_bytes(k, tok, tp, pm.pp, pm.infl_head)
+        acts = xp.where(pm.head_on_first, first + recv + logits_bytes(k, tok, tp, pm.pp, 1.0),
+                        xp.maximum(first + recv, head))
+    else:       # fused: one micro-batch's logits on top of the first rank's activations (see the docstring)
+        acts = first + logits_bytes(k, tok, tp, pm.pp, 1.0)
+    return states + acts, gather_buf + C.FRAMEWORK_RESERVED_BYTES
+
+
+def act_per_microbatch(k: ScenarioConsts, rc, tok, tp, Ls, Ls_dense, Ls_moe, xp):
+    """(bytes one micro-batch's layers keep for the backward, one layer's full activations).
+    fused: Korthikanti et al. 2022 (attention 15 sbh, MLP 19 sbh scaled to the FFN's width and
+    gating, 5 a s^2 b of scores where unfused); an MoE layer keeps, per routed copy of a token
+    (top_k x the imbalance factor), its permuted input for the expert's first GEMM and its expert
+    output for the gradient of its routing probability (2 x h, ``ACT_MOE_ROUTED_COPY_*``) and the
+    expert's intermediates (the MLP's bytes less its input, at the expert's width): with many
+    small experts the copies dominate (Megatron-Core's permuted tokens; top-8 of 2,048-wide
+    experts at h = 6,144 keeps 2.6x what scaling the dense MLP by width gave). Selective
+    recomputation drops what its modules keep (WorkloadSpec.recompute_modules, Megatron-Core's
+    --recompute-modules): core_attn the scores, layernorm the two norms' outputs, mlp a dense MLP's
+    intermediates, moe_act each routed copy's activation output (fc2's input), shared_experts the
+    shared experts' intermediates, moe the whole MoE block's.
+    eager: the elements PyTorch autograd saves per token (``constants``: two RMSNorms 3h each,
+    queries, keys, values and the attention output, the MLP's 4 (gated) or 2 elements per FFN
+    width, each routed copy's expert input and output), in the activation dtype."""
+    act_scale = k.wire_bytes / C.ACTIVATION_BYTES     # Korthikanti's bytes are 16-bit; fp32 doubles them
+    if k.eager_acts:
+        mats = C.ACT_EAGER_GATED_MLP_ELEMS_PER_TOKEN_FFN if k.mlp_mats == 3 else C.ACT_EAGER_PLAIN_MLP_ELEMS_PER_TOKEN_FFN
+        routed = k.top_k * C.EXPERT_IMBALANCE_FACTOR
+        moe = routed * (C.ACT_MOE_ROUTED_COPY_ELEMS_PER_TOKEN_HIDDEN * k.h + mats * k.ffn_e) + k.shared * mats * k.ffn_e
+        per_layer = 2 * C.ACT_EAGER_NORM_ELEMS_PER_TOKEN_HIDDEN * k.h + k.qv_width + k.kv_width
+        act_lin = k.wire_bytes * tok / tp * (per_layer * Ls + mats * k.ffn * Ls_dense + moe * Ls_moe)
+    else:
+        swiglu = 1.5 if k.mlp_mats == 3 else 1.0
+        mlp_dense_k = k.ffn * swiglu / (4 * k.h)
+        width_e = k.ffn_e * swiglu / (4 * k.h)
+        inner = C.ACT_MLP_BYTES_PER_TOKEN_HIDDEN - C.ACT_MLP_INPUT_BYTES_PER_TOKEN_HIDDEN
+        mlp_moe = C.ACT_MOE_INPUT_BYTES_PER_TOKEN_HIDDEN + k.top_k * C.EXPERT_IMBALANCE_FACTOR * (
+            C.ACT_MOE_ROUTED_COPY_ELEMS_PER_TOKEN_HIDDEN * C.ACTIVATION_BYTES + inner * width_e) \
+            + k.shared * C.ACT_MLP_BYTES_PER_TOKEN_HIDDEN * width_e
+        attn = C.ACT_ATTN_MASK_AND_NORMS_BYTES_PER_TOKEN_HIDDEN + C.ACTIVATION_BYTES * k.attn_act_elems / k.h
+        act_lin = act_scale * tok * k.h / tp * (attn * Ls
+                                                + C.ACT_MLP_BYTES_PER_TOKEN_HIDDEN * Ls_dense * mlp_dense_k
+                                                + Ls_moe * mlp_moe)
+        mods = k.rc_modules
+        routed_moe = k.top_k * C.EXPERT_IMBALANCE_FACTOR * C.ACT_MLP_FC2_INPUT_BYTES_PER_TOKEN_HIDDEN * k.ffn_e / (4 * k.h)
+        shared_moe = k.shared * inner * width_e
+        # layernorm drops the separate norms' outputs (MLA's input norm, an MoE layer's pre-MLP norm:
+        # the MoE block's input); moe keeps that input as its checkpoint's; a fused dense MLP's
+        # checkpoint drops all of its 19 sbh (fc1's normed input is computed inside it)
+        dropped = (C.ACT_NORM_OUTPUT_BYTES_PER_TOKEN_HIDDEN * (Ls * k.mla + Ls_moe) * ("layernorm" in mods)
+                   + C.ACTIVATION_BYTES * k.mla_up_elems / k.h * Ls * ("mla_up_proj" in mods)
+                   + C.ACT_MLP_BYTES_PER_TOKEN_HIDDEN * mlp_dense_k * Ls_dense * ("mlp" in mods)
+                   + Ls_moe * ((mlp_moe - C.ACT_MOE_INPUT_BYTES_PER_TOKEN_HIDDEN) if "moe" in mods else
+                               routed_moe * ("moe_act" in mods) + shared_moe * ("shared_experts" in mods)))
+        act_sel = act_lin - act_scale * tok * k.h / tp * dropped
+    act_scores = 0.0 if k.flash else act_scale * Ls * C.ACT_SCORES_BYTES_PER_TOKEN_HEAD_SEQ * k.heads * tok * k.seq / tp
+    if k.eager_acts:
+        act_sel = act_lin
+    elif "core_attn" not in k.rc_modules:
+        act_sel = act_sel + act_scores
+    act_mb = xp.select([rc == Recompute.NONE, rc == Recompute.SELECTIVE],
+                       [act_lin + act_scores, act_sel],
+                       act_scale * C.ACT_FULL_RECOMPUTE_BYTES_PER_TOKEN_HIDDEN * tok * k.h / tp * Ls)
+    return act_mb, (act_lin + act_scores) / Ls
+
+
+def logits_bytes(k: ScenarioConsts, tok, tp, pp, n_in_flight):
+    """Logit memory on the rank that holds the head with ``n_in_flight`` micro-batches there:
+    fused, LOGITS_BYTES per logit and micro-batch; eager, EAGER_LOGITS_KEPT_BYTES each (twice under
+    a pipeline, which keeps the stage output) plus EAGER_LOGITS_TRANSIENT_BYTES once."""
+    per_mb = tok * k.vocab / tp
+    if k.eager_acts:
+        kept = C.EAGER_LOGITS_KEPT_BYTES * (1.0 + (pp > 1))
+        return per_mb * (kept * n_in_flight + C.EAGER_LOGITS_TRANSIENT_BYTES)
+    return per_mb * C.LOGITS_BYTES * n_in_flight
+
