@@ -19,6 +19,7 @@ from .pipeline import (S_1F1B, S_DUALPIPEV, S_GPIPE, S_INTERLEAVED, S_ZBV, bubbl
 from .terms import (F_DDP, F_FSDP, F_HSDP, F_ZERO1, P_CP_OUT, P_DP_OUT, P_EP_OUT, P_HYBRID,  # noqa: F401
                     P_PP_OUT, Transport, dp_comm_groups, expert_tp, layout, sum_groups)
 from .memory import memory_per_gpu
+from .recompute import moe_block_rerun, selective_flops_per_token, tp_collectives_rerun
 from .compute_pass import pass_compute
 from .hetero import hetero_shares, row_speeds, speed_types, typed_memory
 from .scenario_consts import FSDP_EVERY_PASS, FSDP_FORWARD, members_per_node, scenario_consts, tier_of_span
@@ -120,12 +121,7 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
     # (shared experts run at tp) has no TP collective around its MLP block
     moe_tp = xp.where((et > 1) | (k.shared > 0), 1.0, 0.0)
     tp_colls = 2 * Ls + 2 * (Ls_dense + Ls_moe * moe_tp)
-    # the backward runs them again for what it recomputes: everything under full recomputation,
-    # the MLP blocks the selective modules re-run (mlp; moe or shared_experts)
-    mods = k.rc_modules
-    tp_rerun = xp.select([rc == R_FULL, rc == R_SELECTIVE],
-                         [tp_colls, 2 * (Ls_dense * ("mlp" in mods)
-                                         + Ls_moe * moe_tp * (("moe" in mods) | ("shared_experts" in mods)))], 0.0)
+    tp_rerun = tp_collectives_rerun(k, rc, tp_colls, Ls_dense, Ls_moe, moe_tp, xp)   # what the backward recomputes
     tp_f_link = tp_colls * t_tp_coll
     tp_b_link = (tp_colls + tp_rerun) * t_tp_coll
     tp_f, tp_b = tp_f_link, tp_b_link
@@ -165,8 +161,7 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
     # DualPipeV pairs one micro-batch's forward with another's backward, each hiding the other's
     # a2a; so does Megatron-Core's EP overlap (ep_comm_overlap) in its paired passes, where it runs
     # at all (pp 1 or interleaved, no full recomputation: pipeline.paired_share)
-    # (Megatron-Core refuses EP overlap with full recomputation or the moe recompute module)
-    moe_rerun = (rc == R_FULL) | ((rc == R_SELECTIVE) & ("moe" in k.rc_modules))
+    moe_rerun = moe_block_rerun(k, rc)      # Megatron-Core refuses EP overlap there
     paired = xp.where(~moe_rerun & (ep > 1), paired_share(sc, pp, v, m, xp), 0.0) if k.ep_overlap else 0.0
     hide = xp.where(sc == S_DUALPIPEV, 1.0, paired)
     layer_f = t_attn_lin + t_moe_lin + t_core
@@ -318,13 +313,7 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
     flops_tok_fwd = k.L * (2 * act_params_layer + attn_core_flops_tok) + 2 * k.h * k.vocab
     tokens_step = k.global_batch * k.seq
     model_flops = 3 * flops_tok_fwd * tokens_step
-    # selective: the recomputed modules' GEMM FLOPs (WorkloadSpec.recompute_modules)
-    sel_flops_tok = k.L * (attn_core_flops_tok * ("core_attn" in mods)
-                           + 2 * (1 - k.moe_frac) * k.dense_mlp_params * ("mlp" in mods)
-                           + 2 * k.moe_frac * ((k.moe_other_params - k.attn_params + k.top_k * k.expert_params)
-                                               * ("moe" in mods)
-                                               + k.shared * k.expert_params * ("shared_experts" in mods and "moe" not in mods))
-                           + 2 * sum(K_ * N_ for K_, N_ in k.mla_up_gemms) * ("mla_up_proj" in mods))
+    sel_flops_tok = selective_flops_per_token(k, attn_core_flops_tok)
     recompute_flops = xp.select([rc == R_FULL, rc == R_SELECTIVE], [flops_tok_fwd, sel_flops_tok], 0.0) * tokens_step
     denom = iteration * k.n_gpus * k.peak_precision
 
