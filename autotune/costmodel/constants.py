@@ -112,10 +112,23 @@ losses with no later packet to reveal the gap) (assumed)."""
 RTO_MIN_s = 1e-4
 """Minimum retransmission timeout of the RDMA transport (assumed, tuned RoCE deployments)."""
 DEFAULT_BUCKET_BYTES = 40e6 * 2.0
-"""Gradient bucket when the configuration leaves it to the framework (dp_bucket_mib = 0): 80 MB,
-Megatron-Core's 40M-parameter default (distributed_data_parallel.py) at 2 bytes per bf16 gradient.
-Megatron's max(40M, 1M x dp) and other wire precisions are not modelled; one collective per
-bucket, the last one exposed."""
+"""Gradient bucket of a framework class without a documented default below (jax, other): 80 MB,
+Megatron-Core's 40M-parameter minimum at 2 bytes per bf16 gradient."""
+FRAMEWORK_BUCKET_ELEMS = {
+    # class: (minimum elements per bucket, elements per data-parallel rank), bytes = elements x wire bytes
+    "megatron": (40e6, 1e6),     # Megatron-Core DistributedDataParallelConfig.bucket_size: "max(40000000,
+                                 # 1000000 * dp_size) parameters (larger DP sizes need larger buckets to
+                                 # ensure collectives do not become latency-bound)", dp_size with CP
+    "deepspeed": (5e8, 0.0),     # DeepSpeed config: zero_optimization.reduce_bucket_size and
+                                 # allreduce_bucket_size, 500,000,000 elements each by default
+}
+"""Elements per gradient bucket when the configuration leaves it to the framework (dp_bucket_mib = 0);
+one collective per bucket, the last one exposed (pipeline.step_end_exposed)."""
+TORCH_DDP_BUCKET_BYTES = 25.0 * 2**20
+"""Bytes per gradient bucket of torch.nn.parallel.DistributedDataParallel (bucket_cap_mb = 25 MiB):
+the pytorch class's DDP flavour and nanotron, which wraps torch DDP for every flavour
+(``ddp_bucket_cap_mb``). The pytorch class's ZeRO-1 frameworks (InternEvo, Colossal-AI) keep their
+own buckets: DEFAULT_BUCKET_BYTES."""
 EXPERT_IMBALANCE_FACTOR = 1.1
 """Busiest expert's load over the mean with auxiliary-loss balancing (assumed; DeepSeek-V3 and
 Mixtral report near-balanced routing)."""

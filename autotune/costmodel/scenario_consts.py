@@ -58,6 +58,9 @@ class ScenarioConsts:
     mla: float = 0.0             # 1.0 for multi-latent attention (its input norm is a separate module)
     mla_up_gemms: tuple = ()     # MLA's up projections as (K, N) per token, N split by TP
     adam_traffic_bytes: float = C.ADAM_STEP_TRAFFIC_BYTES_PER_PARAM   # per owned parameter (WorkloadSpec.optimizer_moments)
+    bucket_min_bytes: float = C.DEFAULT_BUCKET_BYTES   # the framework's default gradient bucket (framework_bucket)
+    bucket_bytes_per_rank: float = 0.0                 # ... grown by this per data-parallel rank (dp x cp)
+    ddp_bucket_bytes: float = 0.0                      # > 0: the DDP flavour's bucket instead (torch DDP)
 
 
 FSDP_EVERY_PASS, FSDP_FORWARD, FSDP_NEVER = range(3)
@@ -195,8 +198,25 @@ def _compute_consts(scenario: Scenario, params: CostParams) -> ScenarioConsts:
         rc_modules=frozenset(scenario.workload.recompute_modules),
         attn_act_elems=m.attention_saved_elems, mla_up_elems=m.mla_up_elems, mla_up_gemms=m.mla_up_gemms,
         mla=1.0 if m.attention == "mla" else 0.0,
+        **framework_bucket(scenario.workload.framework, precision_bytes(scenario.precision)[0]),
     )
     return k
+
+
+def framework_bucket(framework: str, wire_bytes: float) -> dict:
+    """The framework class's default gradient bucket (dp_bucket_mib = 0) as bytes = max(min,
+    per_rank x dp x cp): Megatron-Core max(40M, 1M x dp) parameters, DeepSpeed 500M elements,
+    torch DDP 25 MiB (nanotron; the pytorch class's DDP flavour), others 80 MB
+    (constants.FRAMEWORK_BUCKET_ELEMS, TORCH_DDP_BUCKET_BYTES, DEFAULT_BUCKET_BYTES)."""
+    out = {"bucket_min_bytes": C.DEFAULT_BUCKET_BYTES, "bucket_bytes_per_rank": 0.0, "ddp_bucket_bytes": 0.0}
+    if framework == "nanotron":
+        out["bucket_min_bytes"] = C.TORCH_DDP_BUCKET_BYTES
+    elif framework == "pytorch":
+        out["ddp_bucket_bytes"] = C.TORCH_DDP_BUCKET_BYTES
+    elif framework in C.FRAMEWORK_BUCKET_ELEMS:
+        lo, per = C.FRAMEWORK_BUCKET_ELEMS[framework]
+        out.update(bucket_min_bytes=lo * wire_bytes, bucket_bytes_per_rank=per * wire_bytes)
+    return out
 
 
 def generation_efficiency(params: CostParams, gpu) -> float:

@@ -256,7 +256,10 @@ def dp_comm_groups(k: ScenarioConsts, p: CostParams, batch, xp, t: Transport | N
     tp, cp, ep, dp = (f(batch[x]) for x in ("tp", "cp", "ep", "dp"))
     fl, coll, proto = batch["dp_flavour"], batch["collective"], batch["nccl_protocol"]
     bucket_mib = f(batch["dp_bucket_mib"])
-    bucket = xp.where(bucket_mib > 0, bucket_mib * 2.0**20, C.DEFAULT_BUCKET_BYTES)
+    default_bucket = xp.maximum(k.bucket_min_bytes, k.bucket_bytes_per_rank * dp * cp)   # framework_bucket
+    if k.ddp_bucket_bytes > 0:
+        default_bucket = xp.where(fl == F_DDP, k.ddp_bucket_bytes, default_bucket)
+    bucket = xp.where(bucket_mib > 0, bucket_mib * 2.0**20, default_bucket)
     t = t or Transport(k, batch, xp)
     lay = lay or layout(k, batch, xp)
     ch, buf = t.ch, t.buf

@@ -80,8 +80,8 @@ class Config(BaseModel):
     nccl_buffer_mib: int = Field(default=4, ge=1, le=1024, description="NCCL_BUFFSIZE in MiB: the Simple "
                                  "protocol's buffer per connection and channel, its in-flight window")
     dp_bucket_mib: int = Field(default=0, ge=0, le=1 << 20, description="gradient bucket (MiB): one "
-                               "collective per bucket; 0 = the framework default, Megatron's 40M parameters "
-                               "(80 MiB of bf16 gradients; PyTorch DDP uses 25 MB)")
+                               "collective per bucket; 0 = the framework class's default: Megatron-Core max(40M, "
+                               "1M x dp x cp) parameters, DeepSpeed 500M elements, torch DDP 25 MiB, else 80 MB")
 
     hetero_split: Literal[HETERO_SPLITS] = Field(default="even", description="work shares between buildings "
                                                  "of different GPU speeds: even, or by_speed (DP micro-batches or "
