@@ -19,7 +19,10 @@ families); the rows after them were added later (issue 13) and are not in that f
 
 def test_published_runs_figures():
     """The tracked in-sample figures of the shipped calibration on the first rows (README):
-    median <= 10%, p90 <= 26%, Korthikanti mean <= 11.5%. The Korthikanti bound was 3.65% until
+    median <= 10%, p90 <= 26%, Korthikanti mean <= 12%. The Korthikanti bound was 11.5% until the
+    GEMM level was held at the H100 kernels' and the link efficiencies at nccl-tests' (2026-11-28,
+    sixth session: Megatron's overhead moved into its framework factor, the A100 compute level went
+    0.72 -> 0.70 of peak and the mean 10.5% -> 11.7%). It was 3.65% until
     the pipeline layout and the loss over the logits (2026-11-28, fourth session): Qi et al.'s
     48 A100 rows then no longer needed fast GEMMs to make up for a head on a full stage, the refit
     lowered the A100 GEMM level (0.79 -> 0.72) and Korthikanti et al.'s 8 rows, which run about
@@ -35,7 +38,7 @@ def test_published_runs_figures():
     assert float(np.median(core)) <= 10.0
     assert float(np.percentile(core, 90)) <= 26.0
     korthikanti = [x["ape"] for x in r["rows"] if 23 <= x["row"] <= 30]
-    assert len(korthikanti) == 8 and sum(korthikanti) / 8 <= 11.5
+    assert len(korthikanti) == 8 and sum(korthikanti) / 8 <= 12.0
     for s in r["skipped"]:
         assert s["reason"]
 

@@ -35,11 +35,15 @@ class CostParams:
     fp8_gemm_speedup_realised: float = 0.65
     """Fraction of the 2x fp8 peak that fp8 GEMMs realise (quantisation, amax, bf16 remainder)."""
     framework_efficiency_deepspeed: float = 1.0
-    """Compute speed of a framework class relative to Megatron's fused kernels (1.0), all layer
-    compute scaled by it (WorkloadSpec.framework): eager PyTorch launches more, smaller kernels
-    (unfused norms, activations, rotary, cross-entropy) and overlaps less. Fitted per class on
-    the published runs of that class; a class with no runs, and ``other`` always, takes the
-    geometric mean of the fitted non-Megatron classes (``validation.fit.with_framework_prior``)."""
+    """Compute speed of a framework class's training step relative to the same kernels run in
+    isolation (the GEMM and attention levels, held at the H100 kernel measurements), all layer
+    compute scaled by it (WorkloadSpec.framework): launch gaps, synchronisation, stragglers and,
+    in eager PyTorch, more and smaller kernels (unfused norms, activations, rotary,
+    cross-entropy). Megatron-Core's fused kernels are a class of their own
+    (``framework_efficiency_megatron``). Fitted per class on the published runs of that class; a
+    class with no runs, and ``other`` always, takes the geometric mean of the fitted non-Megatron
+    classes (``validation.fit.with_framework_prior``)."""
+    framework_efficiency_megatron: float = 1.0
     framework_efficiency_pytorch: float = 1.0
     framework_efficiency_nanotron: float = 1.0
     framework_efficiency_jax: float = 1.0

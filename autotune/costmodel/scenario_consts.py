@@ -232,8 +232,8 @@ def generation_efficiency(params: CostParams, gpu) -> float:
 
 
 def framework_efficiency(params: CostParams, framework: str) -> float:
-    """The framework class's compute speed relative to Megatron (CostParams.framework_efficiency_*)."""
-    return 1.0 if framework == "megatron" else getattr(params, f"framework_efficiency_{framework}")
+    """The framework class's compute speed relative to the isolated kernels (CostParams.framework_efficiency_*)."""
+    return getattr(params, f"framework_efficiency_{framework}")
 
 
 def tier_of_span(k: ScenarioConsts, span, xp=NUMPY):

@@ -44,7 +44,7 @@ class WorkloadSpec(BaseModel):
                                   "unit: one all-gather and one reduce-scatter per unit (FSDP2 fully_shard per block = 1)")
     framework: Literal["megatron", "deepspeed", "pytorch", "nanotron", "jax", "other"] = Field(
         default="megatron", description="training framework class: its compute runs at the fitted "
-        "framework_efficiency_<class> of Megatron's fused kernels (megatron = 1; CostParams)")
+        "framework_efficiency_<class> of the isolated kernels' speed (CostParams)")
     pipeline_layout: Literal["even", "ends", "balanced"] | None = Field(
         default=None, description="how pipeline stages share the layers and the head (the output "
         "projection): even = ceil(L / stages) layers a stage, the head on top of the last (Megatron's "

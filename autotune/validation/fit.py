@@ -68,10 +68,10 @@ def _family_table(cases, rows, compare_rows=None) -> list[dict]:
 
 
 FIT_BOUNDS = {
-    "gemm_efficiency_max": (0.3, 0.95),
     "attention_core_efficiency": (0.1, 0.9),
     "gpu_generation_efficiency_hopper": (0.6, 1.2),
     "gpu_generation_efficiency_blackwell": (0.5, 1.2),
+    "framework_efficiency_megatron": (0.3, 1.5),
     "framework_efficiency_deepspeed": (0.3, 1.5),
     "framework_efficiency_pytorch": (0.3, 1.5),
     "framework_efficiency_nanotron": (0.3, 1.5),
@@ -86,10 +86,10 @@ def with_framework_prior(params: CostParams, fitted: list[str]) -> CostParams:
     the fitted non-Megatron classes' factors.
 
     A framework with no measured run is predicted to run at the typical measured non-Megatron
-    framework's speed, not at Megatron's (1.0), which is the fastest class measured: that default
+    framework's speed, not at Megatron's, which is the fastest class measured: that default
     made a held-out nanotron or JAX family 50% too fast. The geometric mean because the factors
     multiply a time (a log-scale average). With no non-Megatron class fitted, nothing changes."""
-    seen = [n for n in fitted if n.startswith("framework_efficiency_")]
+    seen = [n for n in fitted if n.startswith("framework_efficiency_") and n != "framework_efficiency_megatron"]
     if not seen:
         return params
     prior = float(np.exp(np.mean([math.log(getattr(params, n)) for n in seen])))
@@ -114,6 +114,16 @@ intensity, ``kernels.gemm_efficiency``; 0.79 without it): left free, the runs' f
 quantisation cost, and the reserved fp8 runs came out 5-15% too fast."""
 
 
+KERNEL_LEVELS = {"gemm_efficiency_max": 0.854}
+"""The GEMM level (fraction of dense peak at high arithmetic intensity) the H100 kernels measure
+(``autotune kernels --fit`` on its seeded half), held fixed in every fit on training runs, as the
+shapes are: what a whole training step loses against its kernels run alone goes to the framework
+class's factor (``framework_efficiency_megatron`` for Megatron-Core), where it belongs. Fitted on
+the runs instead, the level absorbed that overhead (0.69 of peak for Hopper against the kernels'
+0.85) and the shipped calibration missed the kernels it is built from (bf16 GEMMs 20.8%, whole
+layers forward+backward 23.3% median, past issue 13's kernel targets)."""
+
+
 LINK_EFFICIENCIES = {"nvlink_efficiency": 0.80, "network_efficiency": 0.90}
 """Collective bus bandwidth over link rate, held at what nccl-tests measure for large messages
 (the middle of each measured range): 0.75-0.85 for ring collectives on NVLink (8x A100 SXM4
@@ -126,9 +136,9 @@ MoE rows' median in-sample 22.7% fitted, 15.0% held) and gave wrong hardware fig
 
 
 def fit_start() -> CostParams:
-    """Where every fit starts: neutral parameters plus the kernel-measured shapes and the
-    nccl-tests link efficiencies (both held fixed by the fit)."""
-    return CostParams().with_values(**KERNEL_SHAPES, **LINK_EFFICIENCIES)
+    """Where every fit starts: neutral parameters plus the kernel-measured shapes and GEMM level
+    and the nccl-tests link efficiencies (all held fixed by the fit)."""
+    return CostParams().with_values(**KERNEL_SHAPES, **KERNEL_LEVELS, **LINK_EFFICIENCIES)
 
 
 def fit_params(path=None, start: CostParams | None = None, cases=None) -> tuple[CostParams, dict]:
