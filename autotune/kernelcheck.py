@@ -6,8 +6,9 @@ batched and grouped GEMMs, causal attention forward and backward, memory-bound p
 whole eager-PyTorch layers. Each measured case is predicted with the very functions
 ``iteration_formulas`` uses (``costmodel.kernels``), so an error here is an error of the model.
 
-Two parameter sets are scored: the shipped calibration (fit on published training runs, where
-framework overheads fold into the kernel efficiencies), and ``--fit``: the kernel parameters fit
+Two parameter sets are scored: the shipped calibration (fit on published training runs, with the
+GEMM level and shapes held at these kernels' and framework overheads in the framework factors,
+which the kernels here do not carry; the attention level is still fitted on the runs), and ``--fit``: the kernel parameters fit
 on a seeded half of the measured shapes and scored on the other half only (``split``). For the
 memory-bound kinds the "prediction" is the measured bytes at the HBM rate the model charges, so
 their error is the measured rate over that rate; the model's bytes per token are not tested.

@@ -1,5 +1,6 @@
-"""Default gradient buckets by framework class (dp_bucket_mib = 0): Megatron-Core max(40M, 1M x dp)
-parameters, DeepSpeed 500M elements, torch DDP 25 MiB; an explicit dp_bucket_mib wins."""
+"""Default gradient buckets by framework class (dp_bucket_mib = 0): Megatron-Core max(40M, 1M x dp x cp)
+parameters (one bucket without DP overlap), DeepSpeed 500M elements, torch DDP 25 MiB; an
+explicit dp_bucket_mib wins; FSDP and HSDP reduce per unit, not per bucket."""
 import math
 
 import pytest
@@ -17,11 +18,12 @@ BASE = dict(tp=4, cp=1, ep=1, pp=1, placement="dp_out", pp_schedule="1f1b", pp_c
             micro_batch=1, collective="ring", nccl_protocol="simple")
 
 
-def calls(framework: str, dp: int, flavour: str = "zero1", bucket_mib: int = 0) -> float:
-    sc = build_scenario("llama3-8b", "single-building", global_batch=8192, gpus=4 * dp)
+def calls(framework: str, dp: int, flavour: str = "zero1", bucket_mib: int = 0, cp: int = 1, overlap: int = 1) -> float:
+    sc = build_scenario("llama3-8b", "single-building", global_batch=8192, gpus=4 * dp * cp)
     sc = sc.with_workload(framework=framework)
     p = default_params()
-    cfg = make_config({**BASE, "dp": dp, "dp_flavour": flavour, "dp_bucket_mib": bucket_mib}, 8192)
+    cfg = make_config({**BASE, "dp": dp, "cp": cp, "dp_flavour": flavour, "dp_bucket_mib": bucket_mib,
+                       "overlap_dp": overlap}, 8192)
     return float(dp_comm_groups(scenario_consts(sc, p), p, _scalar_row(cfg), SCALAR)[0].calls)
 
 
@@ -54,3 +56,20 @@ def test_framework_defaults():
 def test_explicit_bucket_wins_and_calls_never_grow_with_dp(dp, framework, mib):
     assert calls(framework, dp, bucket_mib=mib) == math.ceil(grad_bytes(dp) / (mib * 2**20))
     assert calls(framework, 2 * dp) <= calls(framework, dp)
+
+
+def test_megatron_counts_context_parallel_ranks_and_one_bucket_without_overlap():
+    g = grad_bytes(512)
+    # dp 256 x cp 2 = 512 data-parallel ranks: the bucket of dp 512
+    assert calls("megatron", 256, cp=2) == math.ceil(g / (512e6 * 2.0))
+    assert calls("megatron", 256, cp=2) < calls("megatron", 256)
+    assert calls("megatron", 64, overlap=0) == 1 and calls("megatron", 64) > 1
+    assert calls("pytorch", 64, "ddp", overlap=0) > 1     # torch DDP keeps its buckets
+
+
+def test_buckets_by_class_and_flavour():
+    assert calls("nanotron", 64) == math.ceil(grad_bytes(64) / (25 * 2**20)) > calls("jax", 64)
+    assert calls("megatron", 64, "ddp") == calls("megatron", 64) < calls("pytorch", 64, "ddp")
+    for flavour in ("fsdp", "hsdp"):     # per FSDP unit, whatever the bucket
+        assert calls("megatron", 64, flavour) == calls("megatron", 64, flavour, bucket_mib=1) \
+            == calls("pytorch", 64, flavour)

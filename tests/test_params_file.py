@@ -14,7 +14,8 @@ CFG = ["--config", "tp=8,pp=1"]
 
 def test_params_file_changes_evaluate_and_search(run_cli, tmp_path):
     f = tmp_path / "cal.yaml"
-    f.write_text(yaml.safe_dump({"params": {"gemm_efficiency_max": default_params().gemm_efficiency_max / 2}}))
+    f.write_text(yaml.safe_dump({"params": {"gemm_efficiency_max": default_params().gemm_efficiency_max / 2,
+                                            "framework_efficiency_megatron": default_params().framework_efficiency_megatron}}))
     base = json.loads(run_cli("evaluate", *SCEN, *CFG, "--json").stdout)
     slow = run_cli("evaluate", *SCEN, *CFG, "--params", str(f), "--json")
     assert slow.returncode == 0, slow.stderr
@@ -45,3 +46,20 @@ def test_zero_where_a_time_is_divided_by_it_exits_2(run_cli, tmp_path):
     assert r.returncode == 2 and "> 0" in r.stderr and "Traceback" not in r.stderr
     f.write_text("params: {nccl_overhead_scale: 0}")       # 0 means a library with no software cost
     assert run_cli("evaluate", *SCEN, *CFG, "--params", str(f)).returncode == 0
+
+
+def test_a_calibration_from_before_the_megatron_factor_keeps_megatron_at_one(tmp_path):
+    """A file that states the GEMM level but not framework_efficiency_megatron was fit with
+    Megatron as the 1.0 reference (its GEMM level carries Megatron's overhead): loaded, Megatron
+    stays at 1.0 instead of taking the shipped factor on top. A file without the GEMM level keeps
+    the shipped factor."""
+    from autotune.costmodel.params import load_params_file
+    old = tmp_path / "old.yaml"
+    old.write_text(yaml.safe_dump({"params": {"gemm_efficiency_max": 0.72, "network_efficiency": 0.6}}))
+    assert load_params_file(str(old)).framework_efficiency_megatron == 1.0
+    part = tmp_path / "part.yaml"
+    part.write_text(yaml.safe_dump({"params": {"network_efficiency": 0.7}}))
+    assert load_params_file(str(part)).framework_efficiency_megatron == default_params().framework_efficiency_megatron
+    new = tmp_path / "new.yaml"
+    new.write_text(yaml.safe_dump({"params": {"gemm_efficiency_max": 0.85, "framework_efficiency_megatron": 0.8}}))
+    assert load_params_file(str(new)).framework_efficiency_megatron == 0.8

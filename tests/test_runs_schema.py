@@ -163,12 +163,25 @@ def test_no_reserved_source_in_the_published_set():
             assert not any(k in src for k in reserved), r["source"]
 
 
-def test_a_framework_class_without_rows_keeps_its_start_value(tmp_path):
+def test_a_framework_class_without_rows_runs_at_the_measured_class_speed(tmp_path):
+    """Only Megatron measured: every other class takes its fitted factor (not 1.0, the isolated
+    kernels' speed, which no training step reaches)."""
     p = _write(tmp_path, [{"framework": "megatron-lm", "measured_value": str(v)} for v in (9000, 10000, 11000)])
     cases, _ = V.read_runs(p)
     params, _ = V.fit_params(cases=cases)
-    for fw in ("deepspeed", "pytorch", "nanotron", "jax"):
-        assert getattr(params, f"framework_efficiency_{fw}") == 1.0
+    mega = params.framework_efficiency_megatron
+    assert mega != 1.0
+    for fw in ("deepspeed", "pytorch", "nanotron", "jax", "other"):
+        assert getattr(params, f"framework_efficiency_{fw}") == mega
+
+
+def test_megatron_unmeasured_is_no_faster_than_the_fastest_measured_class():
+    from autotune.costmodel.params import CostParams
+    from autotune.validation.fit import with_framework_prior
+    p = CostParams().with_values(framework_efficiency_pytorch=0.7, framework_efficiency_jax=0.6)
+    out = with_framework_prior(p, ["framework_efficiency_pytorch", "framework_efficiency_jax"])
+    assert out.framework_efficiency_megatron == 0.7
+    assert out.framework_efficiency_nanotron == pytest.approx((0.7 * 0.6) ** 0.5)
 
 
 @pytest.mark.parametrize("text, want", [

@@ -170,7 +170,8 @@ def _slow_params(tmp_path):
     """A parameter file that halves the GEMM ceiling: every compute-bound time grows."""
     from autotune.costmodel import default_params
     p = tmp_path / "params.yaml"
-    p.write_text(yaml.safe_dump({"params": {"gemm_efficiency_max": default_params().gemm_efficiency_max / 2}}))
+    p.write_text(yaml.safe_dump({"params": {"gemm_efficiency_max": default_params().gemm_efficiency_max / 2,
+                                            "framework_efficiency_megatron": default_params().framework_efficiency_megatron}}))
     return p
 
 

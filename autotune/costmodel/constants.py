@@ -127,8 +127,10 @@ one collective per bucket, the last one exposed (pipeline.step_end_exposed)."""
 TORCH_DDP_BUCKET_BYTES = 25.0 * 2**20
 """Bytes per gradient bucket of torch.nn.parallel.DistributedDataParallel (bucket_cap_mb = 25 MiB):
 the pytorch class's DDP flavour and nanotron, which wraps torch DDP for every flavour
-(``ddp_bucket_cap_mb``). The pytorch class's ZeRO-1 frameworks (InternEvo, Colossal-AI) keep their
-own buckets: DEFAULT_BUCKET_BYTES."""
+(``ddp_bucket_cap_mb``). The pytorch class's ZeRO-1 frameworks (InternEvo, Colossal-AI) have
+buckets of their own (Colossal-AI's reduce_bucket_size_in_m = 12M elements); DEFAULT_BUCKET_BYTES
+stands in for them, a placeholder. Megatron-DeepSpeed rows run in the megatron class and get
+Megatron's buckets, though DeepSpeed's engine reduces their gradients (500M elements)."""
 EXPERT_IMBALANCE_FACTOR = 1.1
 """Busiest expert's load over the mean with auxiliary-loss balancing (assumed; DeepSeek-V3 and
 Mixtral report near-balanced routing)."""

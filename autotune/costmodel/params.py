@@ -108,7 +108,10 @@ ZERO_ALLOWED = frozenset({"gemm_half_intensity_ridge_ratio", "attention_head_dim
 def load_params_file(path: str) -> CostParams:
     """A parameter file as ``autotune validate --fit --write`` writes it (a ``params:`` mapping,
     or the mapping itself): every key a CostParams field, every value a finite number; fields
-    it leaves out keep the shipped calibration's values. One-line UserInputError otherwise."""
+    it leaves out keep the shipped calibration's values, except that a file stating the GEMM level
+    without ``framework_efficiency_megatron`` (every calibration written before that field, whose
+    GEMM level carried Megatron's overhead) keeps Megatron at 1.0, the reference it was fit with.
+    One-line UserInputError otherwise."""
     import math
 
     from ..errors import UserInputError
@@ -128,4 +131,6 @@ def load_params_file(path: str) -> CostParams:
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0 or (v == 0 and not zero_ok):
             raise UserInputError(f"--params {path}: {k}", v, "a finite number >= 0" if zero_ok else "a finite number > 0")
         out[k] = float(v)
+    if "gemm_efficiency_max" in out and "framework_efficiency_megatron" not in out:
+        out["framework_efficiency_megatron"] = 1.0
     return default_params().with_values(**out)

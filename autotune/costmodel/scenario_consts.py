@@ -205,7 +205,8 @@ def _compute_consts(scenario: Scenario, params: CostParams) -> ScenarioConsts:
 
 def framework_bucket(framework: str, wire_bytes: float) -> dict:
     """The framework class's default gradient bucket (dp_bucket_mib = 0) as bytes = max(min,
-    per_rank x dp x cp): Megatron-Core max(40M, 1M x dp) parameters, DeepSpeed 500M elements,
+    per_rank x dp x cp): Megatron-Core max(40M, 1M x dp x cp) parameters (one bucket where the
+    gradient reduction does not overlap the backward: terms.dp_comm_groups), DeepSpeed 500M elements,
     torch DDP 25 MiB (nanotron; the pytorch class's DDP flavour), others 80 MB
     (constants.FRAMEWORK_BUCKET_ELEMS, TORCH_DDP_BUCKET_BYTES, DEFAULT_BUCKET_BYTES)."""
     out = {"bucket_min_bytes": C.DEFAULT_BUCKET_BYTES, "bucket_bytes_per_rank": 0.0, "ddp_bucket_bytes": 0.0}

@@ -43,8 +43,8 @@ family; none of the three is parsed as a number."""
 ASSUMED_FRAMEWORK = "megatron"
 """Framework class when neither ``framework`` nor the source names one: the set's majority."""
 FRAMEWORKS = ("megatron", "deepspeed", "pytorch", "nanotron", "jax", "other")
-"""Framework classes, each with its own fitted compute-efficiency factor (megatron = 1, the
-reference): Megatron-LM/Core, NeMo, Megatron-DeepSpeed (Megatron's fused kernels); DeepSpeed
+"""Framework classes, each with its own fitted compute-efficiency factor (its step's speed
+against the isolated kernels): Megatron-LM/Core, NeMo, Megatron-DeepSpeed (Megatron's fused kernels); DeepSpeed
 on Hugging Face models; eager PyTorch (torchtitan, Composer/llm-foundry, FSDP, Lightning,
 OLMo-core, InternEvo, Colossal-AI); nanotron; JAX (MaxText)."""
 REQUIRED_COLUMNS = ("model_name", "n_layers", "hidden", "n_heads", "seq_len", "gpu_type", "n_gpus",

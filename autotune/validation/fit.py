@@ -88,14 +88,21 @@ def with_framework_prior(params: CostParams, fitted: list[str]) -> CostParams:
     A framework with no measured run is predicted to run at the typical measured non-Megatron
     framework's speed, not at Megatron's, which is the fastest class measured: that default
     made a held-out nanotron or JAX family 50% too fast. The geometric mean because the factors
-    multiply a time (a log-scale average). With no non-Megatron class fitted, nothing changes."""
-    seen = [n for n in fitted if n.startswith("framework_efficiency_") and n != "framework_efficiency_megatron"]
-    if not seen:
-        return params
+    multiply a time (a log-scale average). With no non-Megatron class fitted, every other class
+    takes Megatron's fitted factor; with Megatron unfitted, it takes the fastest fitted class's
+    (1.0 would be the kernels' own speed, which no training step reaches)."""
+    mega = "framework_efficiency_megatron"
+    seen = [n for n in fitted if n.startswith("framework_efficiency_") and n != mega]
+    if not seen:      # only Megatron measured: an unmeasured class runs at its speed
+        return params.with_values(**{f"framework_efficiency_{c}": params.framework_efficiency_megatron
+                                     for c in FRAMEWORKS if c != "megatron"}) if mega in fitted else params
     prior = float(np.exp(np.mean([math.log(getattr(params, n)) for n in seen])))
     unseen = [f"framework_efficiency_{c}" for c in FRAMEWORKS if c != "megatron"
               and f"framework_efficiency_{c}" not in seen]
-    return params.with_values(**{n: prior for n in unseen})
+    out = params.with_values(**{n: prior for n in unseen})
+    if mega not in fitted:     # Megatron unmeasured: no faster than the fastest measured class
+        out = out.with_values(**{mega: max(getattr(params, n) for n in seen)})
+    return out
 
 
 KERNEL_SHAPES = {"gemm_half_intensity_ridge_ratio": 0.60, "attention_head_dim_half": 52.8,
