@@ -138,8 +138,13 @@ def test_the_study_report_renders_in_a_real_headless_browser(tmp_path):
         title = page.title()
         browser.close()
     assert title.startswith("autotune study report") and not errors
-    assert len(images) >= 4 and all(done and width > 100 for _alt, done, width in images), images
-    assert {"convergence", "breakdowns", "breakdown and attribution", "pipeline timeline"} <= {a for a, *_ in images}
+    assert all(done and width > 100 for _alt, done, width in images), images
+    want = {"convergence", "breakdowns", "breakdown and attribution"}
+    # the pipeline timeline where the best configuration has a pipeline; else the report says so
+    text = (tmp_path / "r.html").read_text()
+    if "No pipeline (pp = 1): no timeline." not in text:
+        want.add("pipeline timeline")
+    assert want <= {a for a, *_ in images} and len(images) >= len(want), images
 
 
 def test_report_through_the_cli(tmp_path):
