@@ -124,6 +124,10 @@ FRAMEWORK_BUCKET_ELEMS = {
 }
 """Elements per gradient bucket when the configuration leaves it to the framework (dp_bucket_mib = 0);
 one collective per bucket, the last one exposed (pipeline.step_end_exposed)."""
+ONE_BUCKET_WITHOUT_OVERLAP_FRAMEWORKS = frozenset({"megatron"})
+"""Framework classes that reduce the whole gradient in one collective where the reduction does not
+overlap the backward: Megatron-Core sets bucket_size = None unless overlap_grad_reduce
+(distributed_data_parallel.py)."""
 TORCH_DDP_BUCKET_BYTES = 25.0 * 2**20
 """Bytes per gradient bucket of torch.nn.parallel.DistributedDataParallel (bucket_cap_mb = 25 MiB):
 the pytorch class's DDP flavour and nanotron, which wraps torch DDP for every flavour

@@ -61,6 +61,7 @@ class ScenarioConsts:
     bucket_min_bytes: float = C.DEFAULT_BUCKET_BYTES   # the framework's default gradient bucket (framework_bucket)
     bucket_bytes_per_rank: float = 0.0                 # ... grown by this per data-parallel rank (dp x cp)
     ddp_bucket_bytes: float = 0.0                      # > 0: the DDP flavour's bucket instead (torch DDP)
+    one_bucket_without_overlap: bool = False           # C.ONE_BUCKET_WITHOUT_OVERLAP_FRAMEWORKS
 
 
 FSDP_EVERY_PASS, FSDP_FORWARD, FSDP_NEVER = range(3)
@@ -199,6 +200,7 @@ def _compute_consts(scenario: Scenario, params: CostParams) -> ScenarioConsts:
         attn_act_elems=m.attention_saved_elems, mla_up_elems=m.mla_up_elems, mla_up_gemms=m.mla_up_gemms,
         mla=1.0 if m.attention == "mla" else 0.0,
         **framework_bucket(scenario.workload.framework, precision_bytes(scenario.precision)[0]),
+        one_bucket_without_overlap=scenario.workload.framework in C.ONE_BUCKET_WITHOUT_OVERLAP_FRAMEWORKS,
     )
     return k
 

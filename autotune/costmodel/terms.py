@@ -259,7 +259,7 @@ def dp_comm_groups(k: ScenarioConsts, p: CostParams, batch, xp, t: Transport | N
     default_bucket = xp.maximum(k.bucket_min_bytes, k.bucket_bytes_per_rank * dp * cp)   # framework_bucket
     if k.ddp_bucket_bytes > 0:
         default_bucket = xp.where(fl == F_DDP, k.ddp_bucket_bytes, default_bucket)
-    if k.bucket_bytes_per_rank > 0:   # Megatron-Core: bucket_size = None (one bucket) without overlap_grad_reduce
+    if k.one_bucket_without_overlap:     # Megatron-Core: bucket_size = None without overlap_grad_reduce
         default_bucket = xp.where(f(batch["overlap_dp"]) > 0, default_bucket, float("inf"))
     bucket = xp.where(bucket_mib > 0, bucket_mib * 2.0**20, default_bucket)
     t = t or Transport(k, batch, xp)

@@ -93,9 +93,12 @@ def with_framework_prior(params: CostParams, fitted: list[str]) -> CostParams:
     (1.0 would be the kernels' own speed, which no training step reaches)."""
     mega = "framework_efficiency_megatron"
     seen = [n for n in fitted if n.startswith("framework_efficiency_") and n != mega]
-    if not seen:      # only Megatron measured: an unmeasured class runs at its speed
+    if not seen:
+        if mega not in fitted:
+            return params
+        # only Megatron measured: an unmeasured class runs at its speed
         return params.with_values(**{f"framework_efficiency_{c}": params.framework_efficiency_megatron
-                                     for c in FRAMEWORKS if c != "megatron"}) if mega in fitted else params
+                                     for c in FRAMEWORKS if c != "megatron"})
     prior = float(np.exp(np.mean([math.log(getattr(params, n)) for n in seen])))
     unseen = [f"framework_efficiency_{c}" for c in FRAMEWORKS if c != "megatron"
               and f"framework_efficiency_{c}" not in seen]
