@@ -210,3 +210,17 @@ def test_pipeline_layout_column_and_its_defaults(tmp_path):
     assert "pipeline_layout=ends (not stated; torchtitan's default)" in cases[1].assumptions
     assert "pipeline_layout=balanced (not stated; nanotron's default)" in cases[2].assumptions
     assert len(skipped) == 1 and skipped[0]["column"] == "pipeline_layout" and skipped[0]["value"] == "zigzag"
+
+
+def test_unstated_micro_batch_of_a_megatron_moe_row_is_the_recipes_one(tmp_path):
+    """Megatron-class MoE rows without a micro-batch take the MoE model zoo's MBS=1, printed as such;
+    a dense row, or another framework class, still takes the fastest that fits."""
+    moe = {"moe_experts": "8", "moe_topk": "2", "micro_batch": "", "zero_or_fsdp": "fsdp", "framework": "megatron-core"}
+    p = _write(tmp_path, [moe, {**moe, "framework": "torchtitan"}, {**moe, "moe_experts": "", "moe_topk": ""}])
+    code, out, _ = _cli("validate", "--runs", str(p), "--json")
+    assert code == 0
+    rows = json.loads(out)["rows"]
+    assert rows[0]["micro_batch"] == 1
+    assert any("micro_batch=1 (megatron's MoE recipes)" in a for a in rows[0]["assumptions"])
+    for r in rows[1:]:
+        assert any("(the fastest that fits)" in a for a in r["assumptions"] if a.startswith("micro_batch=")), r

@@ -15,16 +15,41 @@ if TYPE_CHECKING:
     from .rows import RunCase
 
 TUNED_MICRO_BATCHES = (1, 2, 4, 8)
+MOE_RECIPE_MICRO_BATCH = {"megatron": 1}
+"""An unstated micro-batch of an MoE row where the framework class's MoE recipes fix one: the
+Megatron-MoE model zoo's best-practice scripts (yanring/Megatron-MoE-ModelZoo, ``best_practice/*``:
+``MBS=1`` for Mixtral, Qwen3 and DeepSeek-V3 on H100, B200 and GB200; the same team's Parallel
+Folding benchmarks) run micro-batch 1. Dense rows and other classes: the fastest that fits (a
+broader rule, every Megatron row at 1, made MegaScale's and the Megatron-LM README's dense rows
+worse: their micro-batches are not documented)."""
+
+
+def recipe_micro_batch(case: RunCase) -> int | None:
+    """The micro-batch ``MOE_RECIPE_MICRO_BATCH`` gives an unstated row (None: the fastest that fits),
+    where it divides the row's sequences per data-parallel rank."""
+    mb = MOE_RECIPE_MICRO_BATCH.get(case.scenario.workload.framework) if case.scenario.model.is_moe else None
+    ok = mb is not None and case.scenario.global_batch_seqs % (case.config.dp * mb) == 0
+    return mb if ok else None
+
+
+def micro_batch_rule(case: RunCase) -> str:
+    """How an unstated micro-batch was chosen, as printed with the row."""
+    if recipe_micro_batch(case) is not None:
+        return f"{case.scenario.workload.framework}'s MoE recipes"
+    return "the fastest that fits"
 
 
 def resolve_unstated(case: RunCase, params: CostParams) -> Config:
     """Knobs a row does not state (recomputation, micro-batch) take the value a tuned run would
-    use: the fastest that fits in memory under the model. A published benchmark is a tuned run;
-    this is an assumption, applied the same way to every row."""
+    use: the fastest that fits in memory under the model (a published benchmark is a tuned run),
+    except a micro-batch its framework's MoE recipes fix (``recipe_micro_batch``). Assumptions,
+    applied the same way to every row and printed with it."""
     recs = (case.config.recompute,) if case.recompute_stated else ("none", "selective", "full")
     gb, dp = case.scenario.global_batch_seqs, case.config.dp
+    fw_mb = recipe_micro_batch(case)
+    tuned = (fw_mb,) if fw_mb is not None else TUNED_MICRO_BATCHES
     mbs = (case.config.micro_batch,) if case.micro_batch_stated else tuple(
-        mb for mb in TUNED_MICRO_BATCHES if gb % (dp * mb) == 0) or (case.config.micro_batch,)
+        mb for mb in tuned if gb % (dp * mb) == 0) or (case.config.micro_batch,)
     best, best_t, fallback = None, math.inf, None
     for rec in recs:
         for mb in mbs:
@@ -91,7 +116,7 @@ def score(cases, params: CostParams, configs: dict | None = None) -> list[dict]:
                      "source": c.source.split(";")[0][:60], "family": c.family,
                      "assumptions": c.assumptions
                      + ([] if c.recompute_stated else [f"recompute={cfg.recompute} (the fastest that fits)"])
-                     + ([] if c.micro_batch_stated else [f"micro_batch={cfg.micro_batch} (the fastest that fits)"])})
+                     + ([] if c.micro_batch_stated else [f"micro_batch={cfg.micro_batch} ({micro_batch_rule(c)})"])})
     return rows
 
 
