@@ -224,3 +224,24 @@ def test_unstated_micro_batch_of_a_megatron_moe_row_is_the_recipes_one(tmp_path)
     assert any("micro_batch=1 (megatron's MoE recipes)" in a for a in rows[0]["assumptions"])
     for r in rows[1:]:
         assert any("(the fastest that fits)" in a for a in r["assumptions"] if a.startswith("micro_batch=")), r
+
+
+def test_causal_flops_convention_counts_half_the_attention(tmp_path):
+    """MaxText counts attention for the causal half (12 h L d s^2 / 2): the same run's TFLOP/s under
+    "model causal" is the model convention's less half the attention core's FLOPs."""
+    from autotune.validation.predict import attention_model_flops
+    assert map_convention("model FLOPs, causal attention") == "model_causal"
+    assert map_convention("MFU (6N + full attention)") == "model"
+    row = {"measured_metric": "tflops_per_gpu", "measured_value": "400", "moe_experts": "", "moe_topk": ""}
+    p = _write(tmp_path, [{**row, "flops_convention": "model"}, {**row, "flops_convention": "model causal"}])
+    (full, causal), _ = V.read_runs(p)
+    assert causal.flops_convention == "model_causal"
+    code, out, _ = _cli("validate", "--runs", str(p), "--json")
+    a, b = json.loads(out)["rows"]
+    from autotune.costmodel import evaluate
+    s = full.scenario
+    iteration_s = evaluate(s, full.config, check=False).iteration_time_s
+    assert a["feasible"] and 0.5 < b["predicted"] / a["predicted"] < 1.0
+    # the difference is half the attention core's FLOPs over the same iteration time
+    assert (a["predicted"] - b["predicted"]) * 1e12 * iteration_s * s.n_gpus == pytest.approx(
+        0.5 * attention_model_flops(s), rel=1e-6)

@@ -71,10 +71,20 @@ def megatron_hfu_flops(scen: Scenario) -> float:
     return 96.0 * B * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h))
 
 
+def attention_model_flops(scen: Scenario) -> float:
+    """The attention core's share of the model FLOPs of one iteration, as the model convention
+    counts it (non-causal: 4 s d per query and head pair of widths, forward, times 3 for forward
+    and backward; ``ModelSpec.attention_model_keys``). The causal convention counts half of it."""
+    m = scen.model
+    qv_width = m.n_heads * (m.qk_head_dim + m.v_dim)
+    return 3.0 * m.n_layers * 2.0 * m.attention_model_keys(scen.seq_len) * qv_width * scen.global_batch_seqs * scen.seq_len
+
+
 def predicted_metric(case: RunCase, iteration_s: float, model_flops: float, hardware_flops: float | None = None) -> float:
     """The row's metric from the predicted iteration time. TFLOP/s and MFU count FLOPs the row's
     way: Narayanan et al.'s eq. (3) for their tables, the model's FLOPs with recomputation for a
-    hardware convention, model FLOPs otherwise (MFU over the precision's dense peak)."""
+    hardware convention, with the attention core's half for a causal one, model FLOPs otherwise
+    (MFU over the precision's dense peak)."""
     scen = case.scenario
     n = scen.n_gpus
     if case.metric == "iteration_time_s":
@@ -86,6 +96,8 @@ def predicted_metric(case: RunCase, iteration_s: float, model_flops: float, hard
         flops = megatron_hfu_flops(scen)
     elif case.flops_convention == "hardware" and hardware_flops is not None:
         flops = hardware_flops
+    elif case.flops_convention == "model_causal":
+        flops = model_flops - 0.5 * attention_model_flops(scen)
     if case.metric == "tflops_per_gpu":
         return flops / (iteration_s * n) / 1e12
     peak = scen.cluster.buildings[0].gpu.peak_flops(scen.precision)

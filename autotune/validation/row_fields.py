@@ -84,7 +84,8 @@ def _convention(row: dict, assumed: list, metric: str) -> str:
     """FLOP counting of a TFLOP/s or MFU figure: stated, else hardware for the sources known to
     count recomputation (ALWAYS_RECOMPUTE_SOURCES), else model."""
     conv = _stated(row, "flops_convention", map_convention,
-                   "not model or hardware (does the FLOP count include recomputation?)")
+                   "not model, model causal or hardware (does the FLOP count include recomputation? "
+                   "attention for the causal half only?)")
     if conv is not None:
         return conv
     conv = "hardware" if any(k in (row.get("source") or "").lower() for k in ALWAYS_RECOMPUTE_SOURCES) else "model"
