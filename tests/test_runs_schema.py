@@ -221,7 +221,7 @@ def test_unstated_micro_batch_of_a_megatron_moe_row_is_the_recipes_one(tmp_path)
     assert code == 0
     rows = json.loads(out)["rows"]
     assert rows[0]["micro_batch"] == 1
-    assert any("micro_batch=1 (megatron's MoE recipes)" in a for a in rows[0]["assumptions"])
+    assert any("micro_batch=1 (the Megatron-MoE recipes)" in a for a in rows[0]["assumptions"])
     for r in rows[1:]:
         assert any("(the fastest that fits)" in a for a in r["assumptions"] if a.startswith("micro_batch=")), r
 
@@ -232,6 +232,8 @@ def test_causal_flops_convention_counts_half_the_attention(tmp_path):
     from autotune.validation.predict import attention_model_flops
     assert map_convention("model FLOPs, causal attention") == "model_causal"
     assert map_convention("MFU (6N + full attention)") == "model"
+    assert map_convention("model FLOPs, full (non-causal) attention") == "model"
+    assert map_convention("noncausal") == "model" and map_convention("non causal") == "model"
     row = {"measured_metric": "tflops_per_gpu", "measured_value": "400", "moe_experts": "", "moe_topk": ""}
     p = _write(tmp_path, [{**row, "flops_convention": "model"}, {**row, "flops_convention": "model causal"}])
     (full, causal), _ = V.read_runs(p)
@@ -242,6 +244,10 @@ def test_causal_flops_convention_counts_half_the_attention(tmp_path):
     s = full.scenario
     iteration_s = evaluate(s, full.config, check=False).iteration_time_s
     assert a["feasible"] and 0.5 < b["predicted"] / a["predicted"] < 1.0
+    # the model convention's attention: 12 L B s^2 heads d (twice MaxText's causal 12 h L d s^2 / 2)
+    m = s.model
+    assert attention_model_flops(s) == pytest.approx(
+        12 * m.n_layers * s.global_batch_seqs * s.seq_len**2 * m.n_heads * (m.hidden // m.n_heads))
     # the difference is half the attention core's FLOPs over the same iteration time
     assert (a["predicted"] - b["predicted"]) * 1e12 * iteration_s * s.n_gpus == pytest.approx(
         0.5 * attention_model_flops(s), rel=1e-6)

@@ -97,8 +97,8 @@ FLOPs (nanotron) is balanced; embedding and head counted as a layer each, or fir
 a layer short (torchtitan, Megatron-Core's --account-for-*-in-pipeline-split) is ends; an equal
 split with the head on top of the last stage (Megatron's default) is even. "uneven",
 "unbalanced" and the like name no layout the model knows: such a row is skipped."""
-_CONVENTION_RULES = [(r"hardware|hfu|recomput", "hardware"), (r"causal", "model_causal"),
-                     (r"model|mfu|6n|palm", "model")]
+_CONVENTION_RULES = [(r"hardware|hfu|recomput", "hardware"), (r"non-?\s?causal|full attention", "model"),
+                     (r"causal", "model_causal"), (r"model|mfu|6n|palm", "model")]
 """FLOP conventions of a TFLOP/s or MFU figure: ``hardware`` counts recomputation; ``model`` the
 model's FLOPs with full (non-causal) attention (PaLM, Megatron, NeMo, nanotron); ``model_causal``
 the model's FLOPs with attention counted for the unmasked half only (MaxText's

@@ -35,7 +35,7 @@ def recipe_micro_batch(case: RunCase) -> int | None:
 def micro_batch_rule(case: RunCase) -> str:
     """How an unstated micro-batch was chosen, as printed with the row."""
     if recipe_micro_batch(case) is not None:
-        return f"{case.scenario.workload.framework}'s MoE recipes"
+        return "the Megatron-MoE recipes"
     return "the fastest that fits"
 
 
