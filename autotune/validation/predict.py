@@ -25,11 +25,9 @@ worse: their micro-batches are not documented)."""
 
 
 def recipe_micro_batch(case: RunCase) -> int | None:
-    """The micro-batch ``MOE_RECIPE_MICRO_BATCH`` gives an unstated row (None: the fastest that fits),
-    where it divides the row's sequences per data-parallel rank."""
-    mb = MOE_RECIPE_MICRO_BATCH.get(case.scenario.workload.framework) if case.scenario.model.is_moe else None
-    ok = mb is not None and case.scenario.global_batch_seqs % (case.config.dp * mb) == 0
-    return mb if ok else None
+    """The micro-batch ``MOE_RECIPE_MICRO_BATCH`` gives an unstated row (None: the fastest that fits;
+    1 always divides the row's sequences per data-parallel rank, which reading the row checks)."""
+    return MOE_RECIPE_MICRO_BATCH.get(case.scenario.workload.framework) if case.scenario.model.is_moe else None
 
 
 def micro_batch_rule(case: RunCase) -> str:
@@ -50,12 +48,11 @@ def resolve_unstated(case: RunCase, params: CostParams) -> Config:
     tuned = (fw_mb,) if fw_mb is not None else TUNED_MICRO_BATCHES
     mbs = (case.config.micro_batch,) if case.micro_batch_stated else tuple(
         mb for mb in tuned if gb % (dp * mb) == 0) or (case.config.micro_batch,)
-    best, best_t, fallback = None, math.inf, None
+    best, best_t = None, math.inf
     for rec in recs:
         for mb in mbs:
             cfg = case.config.model_copy(update={"recompute": rec, "micro_batch": mb})
             e = evaluate(case.scenario, cfg, params, check=False)
-            fallback = fallback or cfg
             if e.feasible and e.iteration_time_s < best_t:
                 best, best_t = cfg, e.iteration_time_s
     if best is None:  # nothing fits: report the stated (or most frugal) setting, flagged infeasible
