@@ -44,7 +44,7 @@ def _cli(*argv):
 
 
 @pytest.mark.parametrize("text, want", [
-    ("ZeRO-2", "zero1"), ("ZeRO stage 1", "zero1"), ("dist-opt", "zero1"), ("Megatron distributed optimizer", "zero1"),
+    ("ZeRO-2", "zero2"), ("zero_stage 2", "zero2"), ("ZeRO stage 1", "zero1"), ("dist-opt", "zero1"), ("Megatron distributed optimizer", "zero1"),
     ("stage 3", "fsdp"), ("FSDP (FULL_SHARD)", "fsdp"), ("zero3 (no optimizer offload in the recipe)", "fsdp"),
     ("no reshard", "fsdp_noreshard"), ("FSDP SHARD_GRAD_OP", "fsdp_noreshard"),
     ("reshard_after_forward=False", "fsdp_noreshard"), ("HYBRID_SHARD", "hsdp"), ("hsdp", "hsdp"),

@@ -16,7 +16,8 @@ def memory_per_gpu(k: ScenarioConsts, fl, rc, rg, owned, P_dense, P_exp, tp, ep,
     peak; ``held`` (states and activations) scales with the layers a rank holds, ``fixed`` (the
     gather buffer and the reserve) does not (``hetero.typed_memory`` scales it per GPU type):
     - states: mixed-precision Adam, 2 + 4 + 12 bytes per parameter (ZeRO paper), the optimizer's
-      ``owned`` share sharded per DP flavour; FSDP that does not reshard within the step holds
+      ``owned`` share sharded per DP flavour, and under ZeRO-2 (``k.shard_gradients``, zero1 rows)
+      the gradients with it (Rajbhandari et al. 2020: 2 + (4 + 12) / N_d per parameter); FSDP that does not reshard within the step holds
       unsharded gradients (regather forward, never) and weights (never) between micro-batches;
     - FSDP's gather buffer: two layers' unsharded weights (prefetch);
     - activations per micro-batch in flight: Korthikanti et al. 2022's per-layer bytes by
@@ -37,9 +38,9 @@ def memory_per_gpu(k: ScenarioConsts, fl, rc, rg, owned, P_dense, P_exp, tp, ep,
     per_param_full = k.weight_bytes + k.grad_bytes + k.optimizer_bytes
     sharded_all = (fl == F_FSDP) | (fl == F_HSDP)
     held = (k.grad_bytes if rg != FSDP_EVERY_PASS else 0.0) + (k.weight_bytes if rg == FSDP_NEVER else 0.0)
+    grads = xp.where(fl == F_ZERO1, owned, P_dense + P_exp) if k.shard_gradients else P_dense + P_exp
     states = xp.where(sharded_all, per_param_full * owned + held * (P_dense + P_exp - owned),
-                      (k.weight_bytes + k.grad_bytes) * (P_dense + P_exp)
-                      + k.optimizer_bytes * owned)
+                      k.weight_bytes * (P_dense + P_exp) + k.grad_bytes * grads + k.optimizer_bytes * owned)
     layer_params = (k.attn_params + xp.maximum(k.dense_mlp_params, k.moe_other_params - k.attn_params
                                                + k.experts * k.expert_params * tp / (ep * et))) / tp
     gather_buf = xp.where(sharded_all, 2 * k.weight_bytes * layer_params, 0.0)

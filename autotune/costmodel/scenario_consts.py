@@ -50,6 +50,7 @@ class ScenarioConsts:
     wire_bytes: float            # bytes per element of activations, gathered weights, reduced gradients
     weight_bytes: float; grad_bytes: float; optimizer_bytes: float   # resident, per parameter
     fsdp_regather: int           # FSDP_EVERY_PASS, FSDP_FORWARD or FSDP_NEVER
+    shard_gradients: bool        # WorkloadSpec.shard_gradients (ZeRO-2 under the zero1 flavour)
     pp_layout: int               # LAYOUT_EVEN, LAYOUT_ENDS or LAYOUT_BALANCED (WorkloadSpec.pipeline_layout)
     head_layer_equiv: float      # the head's block cost in layers, nanotron's weights (balanced split)
     rc_modules: frozenset = frozenset({"core_attn"})   # WorkloadSpec.recompute_modules (recompute = selective)
@@ -195,6 +196,7 @@ def _compute_consts(scenario: Scenario, params: CostParams) -> ScenarioConsts:
         adam_traffic_bytes=C.ADAM_STEP_TRAFFIC_BYTES_PER_PARAM - (C.ADAM_BF16_MOMENTS_TRAFFIC_SAVED_BYTES_PER_PARAM
                                                                   if scenario.workload.optimizer_moments == "bf16" else 0.0),
         fsdp_regather=_REGATHER[scenario.workload.fsdp_regather],
+        shard_gradients=scenario.workload.shard_gradients,
         pp_layout=_LAYOUT[scenario.workload.resolved_pipeline_layout], head_layer_equiv=head_layer_equivalents(m),
         rc_modules=frozenset(scenario.workload.recompute_modules),
         attn_act_elems=m.attention_saved_elems, mla_up_elems=m.mla_up_elems, mla_up_gemms=m.mla_up_gemms,

@@ -75,7 +75,8 @@ class Scenario(BaseModel):
         w = self.workload
         later = {name for name, default in (("fsdp_regather", "every_pass"), ("activation_memory", "fused"),
                                             ("optimizer_post_validation", False), ("pipeline_layout", None),
-                                            ("recompute_modules", ("core_attn",)), ("optimizer_moments", "fp32"))
+                                            ("recompute_modules", ("core_attn",)), ("optimizer_moments", "fp32"),
+                                            ("shard_gradients", False))
                  if getattr(w, name) == default}
         return hashlib.sha256(self.model_dump_json(exclude={"workload": later} if later else None)
                               .encode()).hexdigest()[:16]

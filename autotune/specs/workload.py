@@ -40,6 +40,11 @@ class WorkloadSpec(BaseModel):
         "every micro-batch; forward = FSDP2 under torch.distributed.pipelining (reshard_after_forward): "
         "before every forward, once for the backward, one reduce-scatter per step; never = torchtitan "
         "under PP (reshard_after_forward=False): one all-gather and one reduce-scatter per step")
+    shard_gradients: bool = Field(
+        default=False, description="ZeRO stage 2 (DeepSpeed, Fast-LLM zero_stage 2, ColossalAI zero2): under the "
+        "zero1 flavour the gradients are sharded over the data-parallel group as the optimizer states are "
+        "(Rajbhandari et al. 2020, P_os+g); false: a full gradient buffer on every rank (Megatron's "
+        "distributed optimizer, ZeRO-1). The collectives are the same")
     fsdp_unit_layers: int = Field(default=1, ge=1, le=1 << 12, description="transformer layers per FSDP "
                                   "unit: one all-gather and one reduce-scatter per unit (FSDP2 fully_shard per block = 1)")
     framework: Literal["megatron", "deepspeed", "pytorch", "nanotron", "jax", "other"] = Field(

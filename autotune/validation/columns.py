@@ -64,12 +64,13 @@ _FLAVOUR_RULES = [(r"(?<!no )(?:cpu|nvme)[ _-]?(?:optimi[sz]er[ _-]?|param\w*[ _
                   (r"hsdp|hybrid[ _-]?shard", "hsdp"),
                   (r"no[ _-]?reshard|shard[ _-]?grad[ _-]?op|reshard[ _-]?after[ _-]?forward\s*=?\s*false", "fsdp_noreshard"),
                   (r"zero[ _-]?(?:stage[ _-]?)?3|\bstage[ _-]?3|fsdp|full[ _-]?shard", "fsdp"),
-                  (r"zero[ _-]?(?:stage[ _-]?)?[12]\b|\bstage[ _-]?[12]\b|dist(?:ributed)?[ _-]?opt|zero1|zero2",
-                   "zero1"),
+                  (r"zero[ _-]?(?:stage[ _-]?)?2\b|\bstage[ _-]?2\b|zero2", "zero2"),
+                  (r"zero[ _-]?(?:stage[ _-]?)?1\b|\bstage[ _-]?1\b|dist(?:ributed)?[ _-]?opt|zero1", "zero1"),
                   (r"ddp|^none$|zero[ _-]?(?:stage[ _-]?)?0\b|no[ _-]?zero|^no$", "ddp")]
-"""Data-parallel flavour spellings, first match wins. ZeRO-2 maps to zero1: the same collectives
-(reduce-scatter gradients, all-gather parameters), gradients sharded too (the model's zero1
-memory keeps full gradients: conservative). FSDP without resharding after forward
+"""Data-parallel flavour spellings, first match wins. ZeRO-2 is the zero1 flavour (the same
+collectives: reduce-scatter gradients, all-gather parameters) with its gradients sharded as well
+(``WorkloadSpec.shard_gradients``); zero1 and Megatron's distributed optimizer keep a full
+gradient buffer. FSDP without resharding after forward
 (SHARD_GRAD_OP, ZeRO-2-like; Llama 3) maps to fsdp with the ``forward`` regather policy. CPU
 offload is not modelled: such a row is skipped."""
 _ACTIVATION_RULES = [(r"swi[ _-]?glu|silu[ _-]?glu|swiglu", "swiglu"), (r"ge[ _-]?glu|gelu[ _-]?glu", "geglu"),

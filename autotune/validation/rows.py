@@ -254,12 +254,16 @@ def build_case(i: int, row: dict) -> RunCase:
         regather = "every_pass"
         if flavour == "fsdp_noreshard":
             flavour, regather = "fsdp", "forward"
+        zero2 = flavour == "zero2"
+        if zero2:
+            flavour = "zero1"
         scen = Scenario(model=model, workload=WorkloadSpec(global_batch_seqs=gb, seq_len=seq, precision=precision,
                                                            flash_attention=flash, framework=framework,
                                                            tp_comm_overlap=tp_overlap, ep_comm_overlap=ep_overlap,
                                                            ep_token_dedup=ep_dedup,
                                                            optimizer_post_validation=post_validation,
-                                                           fsdp_regather=regather, pipeline_layout=layout,
+                                                           fsdp_regather=regather, shard_gradients=zero2,
+                                                           pipeline_layout=layout,
                                                            recompute_modules=modules or ("core_attn",),
                                                            optimizer_moments=moments),
                        cluster=cluster)

@@ -1,0 +1,44 @@
+"""ZeRO stage 2 (WorkloadSpec.shard_gradients): the zero1 flavour's collectives with the
+gradients sharded over the data-parallel group as well (Rajbhandari et al. 2020, P_os+g:
+2 + (4 + 12) / N_d bytes a parameter with fp32 main gradients)."""
+from __future__ import annotations
+
+import autotune.validation as V
+from autotune.costmodel import evaluate
+from autotune.specs import Config, build_scenario
+
+from test_runs_schema import _write
+
+
+def _scen(shard: bool):
+    return build_scenario("llama3-70b", "single-building", gpus=64,
+                          overrides=[f"workload.shard_gradients={str(shard).lower()}"])
+
+
+def test_sharded_gradients_hold_the_unowned_share_less_and_cost_no_time():
+    cfg = Config(tp=8, pp=2, dp=4, dp_flavour="zero1", micro_batch=1)
+    a, b = evaluate(_scen(False), cfg, check=False), evaluate(_scen(True), cfg, check=False)
+    per_rank = 70.6e9 / (cfg.tp * cfg.pp)
+    # fp32 main gradients: 4 B on every parameter of the rank, 3/4 of them not owned at dp 4
+    saved = a.memory_per_gpu_bytes - b.memory_per_gpu_bytes
+    assert 0.97 * 4.0 * per_rank * 3 / 4 <= saved <= 1.15 * 4.0 * per_rank * 3 / 4
+    assert b.iteration_time_s == a.iteration_time_s          # the same collectives
+    # DDP and FSDP rows are unchanged by the flag (it is ZeRO-2 under zero1 only)
+    for fl in ("ddp", "fsdp"):
+        c = cfg.model_copy(update={"dp_flavour": fl})
+        assert evaluate(_scen(True), c, check=False).memory_per_gpu_bytes == \
+            evaluate(_scen(False), c, check=False).memory_per_gpu_bytes
+
+
+def test_default_and_key():
+    assert _scen(False).key == build_scenario("llama3-70b", "single-building", gpus=64).key
+    assert _scen(True).key != _scen(False).key
+
+
+def test_runs_column_reads_zero2_as_sharded_gradients(tmp_path):
+    p = _write(tmp_path, [{"zero_or_fsdp": "ZeRO-2"}, {"zero_or_fsdp": "zero_stage 2"}, {"zero_or_fsdp": "zero1"},
+                          {"zero_or_fsdp": "dist-opt"}])
+    cases, skipped = V.read_runs(p)
+    assert not skipped
+    assert [c.config.dp_flavour for c in cases] == ["zero1"] * 4
+    assert [c.scenario.workload.shard_gradients for c in cases] == [True, True, False, False]
