@@ -251,3 +251,36 @@ def test_causal_flops_convention_counts_half_the_attention(tmp_path):
     # the difference is half the attention core's FLOPs over the same iteration time
     assert (a["predicted"] - b["predicted"]) * 1e12 * iteration_s * s.n_gpus == pytest.approx(
         0.5 * attention_model_flops(s), rel=1e-6)
+
+
+def test_unstated_schedule_of_a_dense_megatron_row_is_the_fastest_that_fits(tmp_path):
+    """A dense Megatron-class row at pp > 1 that names no schedule (empty, or marked "not stated")
+    takes the fastest of 1F1B and interleaved 1F1B at each vpp that splits a stage's layers evenly,
+    printed with the row; a stated schedule, an MoE row and a framework without interleaving keep
+    their own. Few micro-batches (gb 64 over dp 8 at micro-batch 1) make the bubble worth cutting."""
+    from autotune.validation.columns import schedule_stated
+    from autotune.validation.predict import unstated_schedules
+    assert not schedule_stated("") and not schedule_stated("1F1B/interleaved (not stated)")
+    assert schedule_stated("1F1B") and schedule_stated("interleaved")
+    dense = {"moe_experts": "", "moe_topk": "", "pp": "4", "dp": "8", "global_batch_seqs": "64",
+             "framework": "megatron-core", "pipeline_schedule": ""}
+    p = _write(tmp_path, [dense, {**dense, "pipeline_schedule": "1F1B/interleaved (not stated)"},
+                          {**dense, "pipeline_schedule": "1F1B"}, {**dense, "framework": "nanotron"},
+                          {**dense, "moe_experts": "8", "moe_topk": "2"}])
+    cases, skipped = V.read_runs(p)
+    assert not skipped
+    # 24 layers over pp 4: 6 a stage, vpp 2, 3 or 6
+    assert unstated_schedules(cases[0]) == (("1f1b", 1), ("interleaved_1f1b", 2), ("interleaved_1f1b", 3),
+                                            ("interleaved_1f1b", 6))
+    assert unstated_schedules(cases[1]) == unstated_schedules(cases[0])
+    for c in cases[2:]:
+        assert unstated_schedules(c) == (("1f1b", 1),)
+    code, out, _ = _cli("validate", "--runs", str(p), "--json")
+    assert code == 0
+    rows = json.loads(out)["rows"]
+    for r in rows[:2]:
+        assert any(a.startswith("pp_schedule=interleaved_1f1b, vpp=") and a.endswith("(the fastest that fits)")
+                   for a in r["assumptions"]), r["assumptions"]
+        assert r["predicted"] > rows[2]["predicted"]            # tokens/s: interleaving cuts the bubble
+    for r in rows[2:]:
+        assert not any(a.startswith("pp_schedule=") for a in r["assumptions"])

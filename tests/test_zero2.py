@@ -42,3 +42,22 @@ def test_runs_column_reads_zero2_as_sharded_gradients(tmp_path):
     assert not skipped
     assert [c.config.dp_flavour for c in cases] == ["zero1"] * 4
     assert [c.scenario.workload.shard_gradients for c in cases] == [True, True, False, False]
+
+
+def test_flash_attention_column(tmp_path):
+    """The attention kernel a row states (``flash_attention``) decides fused or unfused; an empty
+    cell keeps the source rule (unfused only for the sources before FlashAttention)."""
+    from autotune.validation.columns import map_flash
+    assert [map_flash(t) for t in ("FlashAttention-2", "SDPA FlashAttention-2", "cuDNN fused attention", "FA3",
+                                   "flash_attn=true", "yes", "no", "unfused softmax", "math (eager)", "no flash")] == \
+        [True, True, True, True, True, True, False, False, False, False]
+    assert map_flash("banana") is None
+    p = _write(tmp_path, [{"flash_attention": "no"}, {"flash_attention": "FlashAttention-2"}, {},
+                          {"flash_attention": "banana"}])
+    cases, skipped = V.read_runs(p)
+    assert [c.scenario.workload.flash_attention for c in cases] == [False, True, True]
+    assert len(skipped) == 1 and skipped[0].get("column") == "flash_attention" and skipped[0].get("value") == "banana"
+    # the unfused row is slower: its scores go through HBM
+    from autotune.costmodel import evaluate
+    t = [evaluate(c.scenario, c.config, check=False).iteration_time_s for c in cases]
+    assert t[0] > t[1] == t[2]

@@ -36,7 +36,8 @@ COLUMNS = ("source", "model_name", "params_b", "n_layers", "hidden", "ffn_hidden
            "optimizer_post_validation", "expert_ffn_hidden", "moe_shared_experts", "first_k_dense", "moe_layer_step", "head_dim", "attention",
            "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "v_head_dim", "sliding_window",
            "sliding_window_layers", "activation", "framework", "flops_convention", "hbm_gb", "hbm_tbps",
-           "nic_gbps", "peak_memory_gb", "pipeline_layout", "recompute_modules", "optimizer_moments", "notes")
+           "nic_gbps", "peak_memory_gb", "pipeline_layout", "recompute_modules", "optimizer_moments",
+           "flash_attention", "notes")
 """The columns of published_runs.csv (docs in ``autotune/data/published_runs.README.md``).
 ``source``, ``params_b`` and ``notes`` are informational: ``source`` names the row's source
 family; none of the three is parsed as a number."""
@@ -136,6 +137,13 @@ def _match_schedule(text: str) -> str | None:
     return best
 
 
+def schedule_stated(text: str) -> bool:
+    """The cell names a schedule as the run's: not empty and not marked "not stated"
+    ("1F1B/interleaved (not stated)", "interleaving not stated in table")."""
+    t = (text or "").lower()
+    return bool(t.strip()) and "not stated" not in t
+
+
 def map_schedule(text: str, vpp: int) -> str:
     """Schedule from free text; a stated vpp > 1 means interleaved. Text naming two schedules
     ("1F1B/interleaved (not stated)") takes the first one named."""
@@ -227,6 +235,22 @@ def map_recompute_modules(text: str) -> str | None:
     if not mods or None in mods:
         return None
     return ",".join(dict.fromkeys(mods))
+
+
+_FLASH_RULES = [(r"\bno\b|\bnot?\b|false|unfused|\bnaive\b|\bmath\b|\beager\b|\bnone\b|^0$|^off$", False),
+                (r"flash|\bfa-?[1234]\b|\byes\b|true|^1$|^on$|fused|cudnn|sdpa|splash|\bte\b", True)]
+"""flash_attention spellings, first match wins: "no", "false", "unfused", "math", "eager" -> unfused
+(the s x s scores written to and read from HBM); "yes", "FlashAttention-2", "FA3", "cuDNN fused
+attention", "SDPA", "splash" (JAX), "TE" -> fused."""
+
+
+def map_flash(text: str) -> bool | None:
+    """True (fused attention), False (unfused) or None (no known spelling)."""
+    t = (text or "").lower().strip()
+    for pat, value in _FLASH_RULES:
+        if re.search(pat, t):
+            return value
+    return None
 
 
 def map_moments(text: str) -> str | None:

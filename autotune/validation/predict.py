@@ -37,8 +37,31 @@ def micro_batch_rule(case: RunCase) -> str:
     return "the fastest that fits"
 
 
+INTERLEAVING_FRAMEWORKS = ("megatron",)
+"""Framework classes whose unstated pipeline schedule may be interleaved: Megatron's interleaved
+1F1B (Narayanan et al. SC'21; --num-layers-per-virtual-pipeline-stage), which NVIDIA's recipes run
+at pp > 1 (the Megatron-MoE model zoo's ``runtime_configs/benchmarking/runtime.conf``: Mixtral-8x7B
+PP4 VPP8, Mixtral-8x22B PP8 VPP7, DeepSeek-V2 PP16 VPP2, Qwen3-235B PP8 VPP4). The other classes
+keep 1F1B where a row names no schedule (nanotron and DeepSpeed's pipeline engine have no
+interleaved schedule)."""
+
+
+def unstated_schedules(case: RunCase) -> tuple[tuple[str, int], ...]:
+    """(schedule, vpp) choices of a row: its own where it states one (or its framework cannot
+    interleave), else 1F1B and every interleaved vpp >= 2 that splits each stage's layers evenly
+    (Megatron requires n_layers % (pp vpp) == 0)."""
+    k = case.config
+    if case.schedule_stated or case.scenario.workload.framework not in INTERLEAVING_FRAMEWORKS \
+            or case.scenario.model.is_moe:
+        return ((k.pp_schedule, k.pp_chunks),)
+    L = case.scenario.model.n_layers
+    per_stage = L // k.pp if L % k.pp == 0 else 0
+    return (("1f1b", 1),) + tuple(("interleaved_1f1b", v) for v in range(2, per_stage + 1) if per_stage % v == 0)
+
+
 def resolve_unstated(case: RunCase, params: CostParams) -> Config:
-    """Knobs a row does not state (recomputation, micro-batch) take the value a tuned run would
+    """Knobs a row does not state (recomputation, micro-batch, and where its framework can
+    interleave the pipeline schedule: ``unstated_schedules``) take the value a tuned run would
     use: the fastest that fits in memory under the model (a published benchmark is a tuned run),
     except a micro-batch its framework's MoE recipes fix (``recipe_micro_batch``). Assumptions,
     applied the same way to every row and printed with it."""
@@ -51,10 +74,12 @@ def resolve_unstated(case: RunCase, params: CostParams) -> Config:
     best, best_t = None, math.inf
     for rec in recs:
         for mb in mbs:
-            cfg = case.config.model_copy(update={"recompute": rec, "micro_batch": mb})
-            e = evaluate(case.scenario, cfg, params, check=False)
-            if e.feasible and e.iteration_time_s < best_t:
-                best, best_t = cfg, e.iteration_time_s
+            for sched, v in unstated_schedules(case):
+                cfg = case.config.model_copy(update={"recompute": rec, "micro_batch": mb, "pp_schedule": sched,
+                                                     "pp_chunks": v})
+                e = evaluate(case.scenario, cfg, params, check=False)
+                if e.feasible and e.iteration_time_s < best_t:
+                    best, best_t = cfg, e.iteration_time_s
     if best is None:  # nothing fits: report the stated (or most frugal) setting, flagged infeasible
         return case.config.model_copy(update={"recompute": recs[-1], "micro_batch": mbs[0]})
     return best
@@ -125,7 +150,9 @@ def score(cases, params: CostParams, configs: dict | None = None) -> list[dict]:
                      "source": c.source.split(";")[0][:60], "family": c.family,
                      "assumptions": c.assumptions
                      + ([] if c.recompute_stated else [f"recompute={cfg.recompute} (the fastest that fits)"])
-                     + ([] if c.micro_batch_stated else [f"micro_batch={cfg.micro_batch} ({micro_batch_rule(c)})"])})
+                     + ([] if c.micro_batch_stated else [f"micro_batch={cfg.micro_batch} ({micro_batch_rule(c)})"])
+                     + ([] if len(unstated_schedules(c)) == 1 else
+                        [f"pp_schedule={cfg.pp_schedule}, vpp={cfg.pp_chunks} (the fastest that fits)"])})
     return rows
 
 

@@ -6,8 +6,9 @@ import math
 
 from ..specs.presets import load_preset
 from ..specs.workload import default_pipeline_layout
-from .columns import (ALWAYS_RECOMPUTE_SOURCES, ASSUMED_FRAMEWORK, Skip, _cell, gpu_memory_gb, map_convention,
-                      map_framework, map_moments, map_pipeline_layout, map_recompute_modules)
+from .columns import (ALWAYS_RECOMPUTE_SOURCES, ASSUMED_FRAMEWORK, PRE_FLASH_SOURCES, Skip, _cell, gpu_memory_gb,
+                      map_convention, map_flash, map_framework, map_moments, map_pipeline_layout,
+                      map_recompute_modules)
 
 
 RACK_SCALE_DOMAIN_GPUS = 8
@@ -39,6 +40,19 @@ def _framework(row: dict, assumed: list) -> str:
     else:
         assumed.append(f"framework={fw} (from the source)")
     return fw
+
+
+def _flash(row: dict, assumed: list) -> bool:
+    """Fused attention as the row states it; where it does not, unfused for the sources published
+    before FlashAttention (``PRE_FLASH_SOURCES``, printed with the row), else fused."""
+    flash = _stated(row, "flash_attention", map_flash, "names no known attention kernel (yes/FlashAttention/"
+                    "cuDNN/SDPA = fused, no/unfused/math/eager = unfused)")
+    if flash is not None:
+        return flash
+    if any(k in (row.get("source") or "").lower() for k in PRE_FLASH_SOURCES):
+        assumed.append("unfused attention (published before FlashAttention)")
+        return False
+    return True
 
 
 def _pipeline_layout(row: dict, assumed: list, framework: str, pp: int) -> str | None:

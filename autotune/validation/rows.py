@@ -11,13 +11,13 @@ from ..specs import Config, Scenario
 from ..specs.cluster import ClusterSpec, TierSpec
 from ..specs.model import ModelSpec
 from ..specs.workload import WorkloadSpec
-from .columns import (ALWAYS_RECOMPUTE_SOURCES, ASSUMED_FFN_MULTIPLE, GATED_NAME_RULE, map_activation,
+from .columns import (schedule_stated, ALWAYS_RECOMPUTE_SOURCES, ASSUMED_FFN_MULTIPLE, GATED_NAME_RULE, map_activation,
                       map_attention, ASSUMED_INTERLEAVED_CHUNKS, ASSUMED_MICRO_BATCH,
                       ASSUMED_SCALE_OUT_LATENCY_s, ASSUMED_VOCAB, COLUMNS, MAX_SCALE_OUT_PATHS, METRICS,
-                      PRE_FLASH_SOURCES, RECOMPUTE_VALUES, Skip, _cell, _int,
+                      RECOMPUTE_VALUES, Skip, _cell, _int,
                       _match_flavour, _match_schedule, is_deepspeed_zero3, map_flavour, map_gpu, map_schedule, one_line,
                       source_family)
-from .row_fields import (RACK_SCALE_DOMAIN_GPUS, _convention, _moments, _pipeline_layout, _recompute_modules, _ep_dedup, _ep_overlap, _float, _framework, _hardware,
+from .row_fields import (RACK_SCALE_DOMAIN_GPUS, _convention, _flash, _moments, _pipeline_layout, _recompute_modules, _ep_dedup, _ep_overlap, _float, _framework, _hardware,
                          _post_validation, _tp_overlap)
 
 @dataclass
@@ -40,6 +40,8 @@ class RunCase:
     flops_convention: str = "model"
     peak_memory_gb: float | None = None
     """Measured peak GPU memory of the run (GB), where the source gives it: checks the memory model."""
+    schedule_stated: bool = True
+    """The row names its pipeline schedule or vpp (``predict.unstated_schedules`` chooses one where not)."""
     """How the row's TFLOP/s or MFU counts FLOPs: model (no recomputation) or hardware (with it)."""
 
 
@@ -246,10 +248,7 @@ def build_case(i: int, row: dict) -> RunCase:
                                                  n_paths=min(max(n, 1), MAX_SCALE_OUT_PATHS),
                                                  latency_s=ASSUMED_SCALE_OUT_LATENCY_s,
                                                  load_balancing="packet_spray", loss_recovery="sr"))
-        src = (row.get("source") or "").lower()
-        flash = not any(k in src for k in PRE_FLASH_SOURCES)
-        if not flash:
-            assumed.append("unfused attention (published before FlashAttention)")
+        flash = _flash(row, assumed)
         flavour = map_flavour(flavour_text, framework)
         regather = "every_pass"
         if flavour == "fsdp_noreshard":
@@ -288,4 +287,5 @@ def build_case(i: int, row: dict) -> RunCase:
     return RunCase(i, name, row.get("source") or "", row.get("notes") or "", metric, measured, scen, cfg,
                    rec in RECOMPUTE_VALUES, bool(_cell(row, "micro_batch")),
                    family=source_family(row.get("source") or ""), gpu=gpu, assumptions=assumed,
-                   flops_convention=convention, peak_memory_gb=_float(row, "peak_memory_gb"))
+                   flops_convention=convention, peak_memory_gb=_float(row, "peak_memory_gb"),
+                   schedule_stated=pp == 1 or bool(_cell(row, "vpp")) or schedule_stated(sched_text))
