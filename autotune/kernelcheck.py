@@ -171,7 +171,10 @@ def predict_s(r: dict, g: Gpu, p: CostParams) -> float | None:
         # half of MOE_PERMUTE_TRAFFIC_BYTES_PER_ROUTED_ELEMENT each: read + write every routed copy
         return memory_bound_time_s(C.MOE_PERMUTE_TRAFFIC_BYTES_PER_ROUTED_ELEMENT / 2 * _num(r, "tokens") * _num(r, "topk")
                                    * _num(r, "K"), g.hbm_Bps)
-    if kind in ("rmsnorm_fwd", "swiglu_fwd", "copy"):
+    if kind == "rmsnorm_fwd":
+        # two reads (sum of squares, scaling) and one write of every element
+        return memory_bound_time_s(C.RMSNORM_TRAFFIC_BYTES_PER_ELEMENT * _num(r, "tokens") * _num(r, "K"), g.hbm_Bps)
+    if kind in ("swiglu_fwd", "copy"):
         # the measured bytes moved (gbps x time), at the model's rate for memory-bound work
         return memory_bound_time_s(_num(r, "gbps") * 1e9 * _num(r, "ms") * 1e-3, g.hbm_Bps)
     if kind in ("layer_fwd", "layer_fwd_bwd"):

@@ -52,6 +52,15 @@ ACT_MOE_INPUT_BYTES_PER_TOKEN_HIDDEN = 2.0  # an MoE block's bf16 input (the pre
                                             # the router and the permutation
 ACT_MLP_FC2_INPUT_BYTES_PER_TOKEN_HIDDEN = 8.0  # moe_act: the activation's output, fc2's input (4h x 2 B,
                                                 # of the MLP's 19 sbh; the FFN's width, gated or not)
+HBM_ACHIEVED_FRACTION = 0.89
+"""Fraction of the datasheet HBM bandwidth a streaming kernel sustains: ``x.clone()`` of 134-268 MB
+bf16 tensors on the H100 SXM (``autotune/data/h100``, kind copy) runs at 2.92-2.98 TB/s of 3.35
+(0.87-0.89; STREAM-like copies on HBM3 reach about the same). Every memory-bound term pays it
+(``kernels.memory_bound_time_s``)."""
+RMSNORM_TRAFFIC_BYTES_PER_ELEMENT = 6.0
+"""A bf16 RMSNorm whose rows do not stay on chip reads its input twice (the sum of squares, then
+the scaling) and writes once: 3 x 2 B a token and hidden unit; the H100's ``F.rms_norm`` moves its
+4 B of input and output in the time of 6 B at the copy rate (``autotune kernels``, kind rmsnorm_fwd)."""
 NORM_RECOMPUTE_TRAFFIC_BYTES_PER_TOKEN_HIDDEN = 4.0
 """Re-running one separate norm in the backward: it reads and writes the bf16 hidden vector (layernorm)."""
 

@@ -18,6 +18,7 @@ from .pipeline import (S_1F1B, S_DUALPIPEV, S_GPIPE, S_INTERLEAVED, S_ZBV, bubbl
                        in_flight_microbatches, pipe_memory, paired_share, step_end_exposed, sync_windows)
 from .terms import (F_DDP, F_FSDP, F_HSDP, F_ZERO1, P_CP_OUT, P_DP_OUT, P_EP_OUT, P_HYBRID,  # noqa: F401
                     P_PP_OUT, Transport, dp_comm_groups, expert_tp, layout, sum_groups)
+from .kernels import memory_bound_time_s
 from .memory import memory_per_gpu
 from .recompute import moe_block_rerun, selective_flops_per_token, tp_collectives_rerun
 from .compute_pass import pass_compute
@@ -292,7 +293,7 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
     shard_d = xp.select([fl == F_ZERO1, is_fsdp, is_hsdp], [n_d, n_d, n_in_d], 1.0)
     shard_e = xp.select([fl == F_ZERO1, is_fsdp, is_hsdp], [n_e, n_e, n_in_e], 1.0)
     owned = P_dense / shard_d + P_exp / shard_e
-    t_opt = owned * k.adam_traffic_bytes / k.hbm_Bps
+    t_opt = memory_bound_time_s(owned * k.adam_traffic_bytes, k.hbm_Bps)
 
     iteration = T_pipe + dp_exposed + t_opt
 

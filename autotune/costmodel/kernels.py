@@ -63,5 +63,6 @@ def attention_core_fwd_time_s(tokens, keys_per_query, qv_width, peak_flops: floa
 
 
 def memory_bound_time_s(bytes_moved, hbm_Bps: float):
-    """Seconds of a memory-bound kernel that reads and writes ``bytes_moved`` at the HBM's rate."""
-    return bytes_moved / hbm_Bps
+    """Seconds of a memory-bound kernel that reads and writes ``bytes_moved`` at the rate a streaming
+    kernel sustains: the datasheet ``hbm_Bps`` x ``HBM_ACHIEVED_FRACTION`` (the H100's measured copy)."""
+    return bytes_moved / (hbm_Bps * C.HBM_ACHIEVED_FRACTION)
