@@ -44,7 +44,8 @@ def _cli(*argv):
 
 
 @pytest.mark.parametrize("text, want", [
-    ("ZeRO-2", "zero2"), ("zero_stage 2", "zero2"), ("ZeRO stage 1", "zero1"), ("dist-opt", "zero1"), ("Megatron distributed optimizer", "zero1"),
+    ("ZeRO-2", "zero2"), ("zero_stage 2", "zero2"), ("zero_stage: 2", "zero2"), ("zero_stage=1", "zero1"),
+    ("ZeRO stage: 3", "fsdp"), ("ZeRO stage 1", "zero1"), ("dist-opt", "zero1"), ("Megatron distributed optimizer", "zero1"),
     ("stage 3", "fsdp"), ("FSDP (FULL_SHARD)", "fsdp"), ("zero3 (no optimizer offload in the recipe)", "fsdp"),
     ("no reshard", "fsdp_noreshard"), ("FSDP SHARD_GRAD_OP", "fsdp_noreshard"),
     ("reshard_after_forward=False", "fsdp_noreshard"), ("HYBRID_SHARD", "hsdp"), ("hsdp", "hsdp"),
@@ -261,7 +262,9 @@ def test_unstated_schedule_of_a_dense_megatron_row_is_the_fastest_that_fits(tmp_
     from autotune.validation.columns import schedule_stated
     from autotune.validation.predict import unstated_schedules
     assert not schedule_stated("") and not schedule_stated("1F1B/interleaved (not stated)")
+    assert not schedule_stated("not stated") and not schedule_stated("1F1B (interleaving not stated in table)")
     assert schedule_stated("1F1B") and schedule_stated("interleaved")
+    assert schedule_stated("ZB-V (not stated)") and schedule_stated("interleaved (vpp not stated)")
     dense = {"moe_experts": "", "moe_topk": "", "pp": "4", "dp": "8", "global_batch_seqs": "64",
              "framework": "megatron-core", "pipeline_schedule": ""}
     p = _write(tmp_path, [dense, {**dense, "pipeline_schedule": "1F1B/interleaved (not stated)"},
@@ -284,3 +287,16 @@ def test_unstated_schedule_of_a_dense_megatron_row_is_the_fastest_that_fits(tmp_
         assert r["predicted"] > rows[2]["predicted"]            # tokens/s: interleaving cuts the bubble
     for r in rows[2:]:
         assert not any(a.startswith("pp_schedule=") for a in r["assumptions"])
+    # Megatron interleaves only with a multiple of pp micro-batches: 8 sequences over dp 8 is one
+    # micro-batch, so 1F1B (printed); a stated vpp, pp 1 and a bare "not stated" (no skip) behave
+    few = {**dense, "global_batch_seqs": "8"}
+    p = _write(tmp_path, [few, {**dense, "vpp": "3"}, {**dense, "pp": "1", "dp": "32"},
+                          {**dense, "pipeline_schedule": "not stated"}, {**dense, "n_layers": "26"}])
+    cases, skipped = V.read_runs(p)
+    assert not skipped and cases[1].config.pp_chunks == 3
+    code, out, _ = _cli("validate", "--runs", str(p), "--json")
+    rows = json.loads(out)["rows"]
+    assert "pp_schedule=1f1b, vpp=1 (the fastest that fits)" in rows[0]["assumptions"]
+    assert not any(a.startswith("pp_schedule=") for r in rows[1:3] for a in r["assumptions"])
+    assert any(a.startswith("pp_schedule=interleaved_1f1b") for a in rows[3]["assumptions"])
+    assert "pp_schedule=1f1b, vpp=1 (the fastest that fits)" in rows[4]["assumptions"]   # 26 layers over pp 4

@@ -36,12 +36,15 @@ def test_default_and_key():
 
 
 def test_runs_column_reads_zero2_as_sharded_gradients(tmp_path):
-    p = _write(tmp_path, [{"zero_or_fsdp": "ZeRO-2"}, {"zero_or_fsdp": "zero_stage 2"}, {"zero_or_fsdp": "zero1"},
-                          {"zero_or_fsdp": "dist-opt"}])
+    p = _write(tmp_path, [{"zero_or_fsdp": "ZeRO-2"}, {"zero_or_fsdp": "zero_stage: 2"}, {"zero_or_fsdp": "zero1"},
+                          {"zero_or_fsdp": "dist-opt"}, {"zero_or_fsdp": '{"stage": 2}'}])
     cases, skipped = V.read_runs(p)
     assert not skipped
-    assert [c.config.dp_flavour for c in cases] == ["zero1"] * 4
-    assert [c.scenario.workload.shard_gradients for c in cases] == [True, True, False, False]
+    assert [c.config.dp_flavour for c in cases] == ["zero1"] * 5
+    assert [c.scenario.workload.shard_gradients for c in cases] == [True, True, False, False, True]
+    # one data-parallel rank: nothing to shard over (DDP), the scenario as without ZeRO-2
+    solo, _ = V.read_runs(_write(tmp_path, [{"zero_or_fsdp": "ZeRO-2", "n_gpus": "2", "dp": "1", "global_batch_seqs": "8"}]))
+    assert solo[0].config.dp_flavour == "ddp" and not solo[0].scenario.workload.shard_gradients
 
 
 def test_flash_attention_column(tmp_path):
@@ -52,10 +55,16 @@ def test_flash_attention_column(tmp_path):
                                    "flash_attn=true", "yes", "no", "unfused softmax", "math (eager)", "no flash")] == \
         [True, True, True, True, True, True, False, False, False, False]
     assert map_flash("banana") is None
+    # the kernel named first wins; negations next to it, Megatron's fused softmax and SDPA's math
+    # backend are unfused
+    cases = {"FA2 (not FA3)": True, "FlashAttention (no sliding window)": True, "fused (no dropout)": True,
+             "non-fused": False, "Megatron fused softmax": False, "use_flash_attn: 0": False, "Transformer Engine": True,
+             "xformers": True, "memory-efficient": True, "SDPA (math backend)": False, "flash-attn 2": True}
+    assert {t: map_flash(t) for t in cases} == cases
     p = _write(tmp_path, [{"flash_attention": "no"}, {"flash_attention": "FlashAttention-2"}, {},
-                          {"flash_attention": "banana"}])
+                          {"flash_attention": "banana"}, {"flash_attention": "not stated"}])
     cases, skipped = V.read_runs(p)
-    assert [c.scenario.workload.flash_attention for c in cases] == [False, True, True]
+    assert [c.scenario.workload.flash_attention for c in cases] == [False, True, True, True]
     assert len(skipped) == 1 and skipped[0].get("column") == "flash_attention" and skipped[0].get("value") == "banana"
     # the unfused row is slower: its scores go through HBM
     from autotune.costmodel import evaluate

@@ -61,8 +61,10 @@ RMSNORM_TRAFFIC_BYTES_PER_ELEMENT = 6.0
 """A bf16 RMSNorm whose rows do not stay on chip reads its input twice (the sum of squares, then
 the scaling) and writes once: 3 x 2 B a token and hidden unit; the H100's ``F.rms_norm`` moves its
 4 B of input and output in the time of 6 B at the copy rate (``autotune kernels``, kind rmsnorm_fwd)."""
-NORM_RECOMPUTE_TRAFFIC_BYTES_PER_TOKEN_HIDDEN = 4.0
-"""Re-running one separate norm in the backward: it reads and writes the bf16 hidden vector (layernorm)."""
+NORM_RECOMPUTE_TRAFFIC_BYTES_PER_TOKEN_HIDDEN = RMSNORM_TRAFFIC_BYTES_PER_ELEMENT
+"""Re-running one separate norm in the backward (layernorm in recompute_modules): a two-pass norm over
+the bf16 hidden vector, 6 B a token and hidden unit (the norms of a layer's forward are in
+``ELEMENTWISE_TRAFFIC_BYTES_PER_TOKEN_HIDDEN``'s estimate)."""
 
 # ---- activations of PyTorch eager autograd (WorkloadSpec.activation_memory = "eager") ----
 # Derived from what autograd saves, counted with torch.autograd.graph.saved_tensors_hooks on the

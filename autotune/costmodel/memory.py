@@ -16,9 +16,10 @@ def memory_per_gpu(k: ScenarioConsts, fl, rc, rg, owned, P_dense, P_exp, tp, ep,
     peak; ``held`` (states and activations) scales with the layers a rank holds, ``fixed`` (the
     gather buffer and the reserve) does not (``hetero.typed_memory`` scales it per GPU type):
     - states: mixed-precision Adam, 2 + 4 + 12 bytes per parameter (ZeRO paper), the optimizer's
-      ``owned`` share sharded per DP flavour, and under ZeRO-2 (``k.shard_gradients``, zero1 rows)
-      the gradients with it (Rajbhandari et al. 2020: 2 + (4 + 12) / N_d per parameter); FSDP that does not reshard within the step holds
-      unsharded gradients (regather forward, never) and weights (never) between micro-batches;
+      ``owned`` share sharded per DP flavour, and under ZeRO-2 (``k.shard_gradients``, zero1
+      rows) the gradients with it (Rajbhandari et al. 2020: 2 + (4 + 12) / N_d a parameter);
+      FSDP that does not reshard within the step holds unsharded gradients (regather forward,
+      never) and weights (never) between micro-batches;
     - FSDP's gather buffer: two layers' unsharded weights (prefetch);
     - activations per micro-batch in flight: Korthikanti et al. 2022's per-layer bytes by
       recomputation (16-bit; fp32 doubles them), attention scores where the attention is unfused,

@@ -64,10 +64,10 @@ _SCHEDULE_RULES = [(r"dualpipe", "dualpipev"), (r"zbv|zb-v", "zbv"), (r"zb-?2p",
 _FLAVOUR_RULES = [(r"(?<!no )(?:cpu|nvme)[ _-]?(?:optimi[sz]er[ _-]?|param\w*[ _-]?)?offload", "offload"),
                   (r"hsdp|hybrid[ _-]?shard", "hsdp"),
                   (r"no[ _-]?reshard|shard[ _-]?grad[ _-]?op|reshard[ _-]?after[ _-]?forward\s*=?\s*false", "fsdp_noreshard"),
-                  (r"zero[ _-]?(?:stage[ _-]?)?3|\bstage[ _-]?3|fsdp|full[ _-]?shard", "fsdp"),
-                  (r"zero[ _-]?(?:stage[ _-]?)?2\b|\bstage[ _-]?2\b|zero2", "zero2"),
-                  (r"zero[ _-]?(?:stage[ _-]?)?1\b|\bstage[ _-]?1\b|dist(?:ributed)?[ _-]?opt|zero1", "zero1"),
-                  (r"ddp|^none$|zero[ _-]?(?:stage[ _-]?)?0\b|no[ _-]?zero|^no$", "ddp")]
+                  (r"zero[ _:=\"'-]*(?:stage[ _:=\"'-]*)?3\b|\bstage[ _:=\"'-]*3\b|fsdp|full[ _-]?shard", "fsdp"),
+                  (r"zero[ _:=\"'-]*(?:stage[ _:=\"'-]*)?2\b|\bstage[ _:=\"'-]*2\b", "zero2"),
+                  (r"zero[ _:=\"'-]*(?:stage[ _:=\"'-]*)?1\b|\bstage[ _:=\"'-]*1\b|dist(?:ributed)?[ _-]?opt", "zero1"),
+                  (r"ddp|^none$|zero[ _:=\"'-]*(?:stage[ _:=\"'-]*)?0\b|no[ _-]?zero|^no$", "ddp")]
 """Data-parallel flavour spellings, first match wins. ZeRO-2 is the zero1 flavour (the same
 collectives: reduce-scatter gradients, all-gather parameters) with its gradients sharded as well
 (``WorkloadSpec.shard_gradients``); zero1 and Megatron's distributed optimizer keep a full
@@ -138,10 +138,16 @@ def _match_schedule(text: str) -> str | None:
 
 
 def schedule_stated(text: str) -> bool:
-    """The cell names a schedule as the run's: not empty and not marked "not stated"
-    ("1F1B/interleaved (not stated)", "interleaving not stated in table")."""
+    """The cell names the run's schedule: not empty, and not marked "not stated" where what it
+    names is only 1F1B or interleaving ("1F1B/interleaved (not stated)", "1F1B (interleaving not
+    stated in table)", a bare "not stated"); "ZB-V (not stated)" and "interleaved (vpp not
+    stated)" still name theirs."""
     t = (text or "").lower()
-    return bool(t.strip()) and "not stated" not in t
+    if not t.strip():
+        return False
+    if "not stated" not in t or _match_schedule(t) not in (None, "1f1b", "interleaved_1f1b"):
+        return True
+    return "vpp not stated" in t
 
 
 def map_schedule(text: str, vpp: int) -> str:
@@ -237,20 +243,24 @@ def map_recompute_modules(text: str) -> str | None:
     return ",".join(dict.fromkeys(mods))
 
 
-_FLASH_RULES = [(r"\bno\b|\bnot?\b|false|unfused|\bnaive\b|\bmath\b|\beager\b|\bnone\b|^0$|^off$", False),
-                (r"flash|\bfa-?[1234]\b|\byes\b|true|^1$|^on$|fused|cudnn|sdpa|splash|\bte\b", True)]
-"""flash_attention spellings, first match wins: "no", "false", "unfused", "math", "eager" -> unfused
-(the s x s scores written to and read from HBM); "yes", "FlashAttention-2", "FA3", "cuDNN fused
-attention", "SDPA", "splash" (JAX), "TE" -> fused."""
+_FLASH_RULES = [(r"^(?:no|false|off|0|none)\b|\b(?:non|un|not)[ _-]?fused\b|\bno[ _-]?flash|"
+                 r"flash[ _-]?attn\s*[:=]\s*(?:0|false|no)\b|fused[ _-]?softmax|sdpa\W*math|\bmath\b|\beager\b|"
+                 r"\bnaive\b", False),
+                (r"flash|\bfa-?[1-4]\b|^(?:yes|true|on|1)\b|fused|cudnn|sdpa|splash|\bte\b|transformer[ _-]?engine|"
+                 r"xformers|mem(?:ory)?[ _-]?efficient", True)]
+"""flash_attention spellings; the match earliest in the cell wins, unfused on a tie: "no", "false",
+"unfused", "non-fused", "no flash", "use_flash_attn: 0", Megatron's "fused softmax" (its
+scaled-masked softmax still streams the scores), "SDPA math", "math", "eager" -> unfused (the
+s x s scores written to and read from HBM); "yes", "FlashAttention-2", "FA3", "cuDNN fused
+attention", "SDPA", "splash" (JAX), "TE", "Transformer Engine", "xformers", "memory-efficient" ->
+fused. "FlashAttention (no sliding window)" is fused: the kernel is named first."""
 
 
 def map_flash(text: str) -> bool | None:
     """True (fused attention), False (unfused) or None (no known spelling)."""
     t = (text or "").lower().strip()
-    for pat, value in _FLASH_RULES:
-        if re.search(pat, t):
-            return value
-    return None
+    hits = [(m.start(), i, value) for i, (pat, value) in enumerate(_FLASH_RULES) for m in [re.search(pat, t)] if m]
+    return min(hits)[2] if hits else None
 
 
 def map_moments(text: str) -> str | None:

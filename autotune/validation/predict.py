@@ -46,13 +46,21 @@ keep 1F1B where a row names no schedule (nanotron and DeepSpeed's pipeline engin
 interleaved schedule)."""
 
 
+def schedule_resolved(case: RunCase) -> bool:
+    """The row's schedule is chosen here (``unstated_schedules``): a dense row of an interleaving
+    framework class at pp > 1 that names no schedule or vpp."""
+    return not (case.schedule_stated or case.scenario.workload.framework not in INTERLEAVING_FRAMEWORKS
+                or case.scenario.model.is_moe)
+
+
 def unstated_schedules(case: RunCase) -> tuple[tuple[str, int], ...]:
     """(schedule, vpp) choices of a row: its own where it states one (or its framework cannot
     interleave), else 1F1B and every interleaved vpp >= 2 that splits each stage's layers evenly
-    (Megatron requires n_layers % (pp vpp) == 0)."""
+    (Megatron requires n_layers % (pp vpp) == 0; layers that pp does not divide keep 1F1B).
+    ``resolve_unstated`` also drops the interleaved ones where the micro-batches per step are
+    fewer than pp or not a multiple of it (Megatron's interleaved schedule; ``space`` rule)."""
     k = case.config
-    if case.schedule_stated or case.scenario.workload.framework not in INTERLEAVING_FRAMEWORKS \
-            or case.scenario.model.is_moe:
+    if not schedule_resolved(case):
         return ((k.pp_schedule, k.pp_chunks),)
     L = case.scenario.model.n_layers
     per_stage = L // k.pp if L % k.pp == 0 else 0
@@ -71,10 +79,13 @@ def resolve_unstated(case: RunCase, params: CostParams) -> Config:
     tuned = (fw_mb,) if fw_mb is not None else TUNED_MICRO_BATCHES
     mbs = (case.config.micro_batch,) if case.micro_batch_stated else tuple(
         mb for mb in tuned if gb % (dp * mb) == 0) or (case.config.micro_batch,)
-    best, best_t = None, math.inf
+    best, best_t, pp, resolved = None, math.inf, case.config.pp, schedule_resolved(case)
     for rec in recs:
         for mb in mbs:
+            m = gb // (dp * mb)
             for sched, v in unstated_schedules(case):
+                if resolved and sched == "interleaved_1f1b" and (m < pp or m % pp):
+                    continue
                 cfg = case.config.model_copy(update={"recompute": rec, "micro_batch": mb, "pp_schedule": sched,
                                                      "pp_chunks": v})
                 e = evaluate(case.scenario, cfg, params, check=False)
@@ -151,8 +162,8 @@ def score(cases, params: CostParams, configs: dict | None = None) -> list[dict]:
                      "assumptions": c.assumptions
                      + ([] if c.recompute_stated else [f"recompute={cfg.recompute} (the fastest that fits)"])
                      + ([] if c.micro_batch_stated else [f"micro_batch={cfg.micro_batch} ({micro_batch_rule(c)})"])
-                     + ([] if len(unstated_schedules(c)) == 1 else
-                        [f"pp_schedule={cfg.pp_schedule}, vpp={cfg.pp_chunks} (the fastest that fits)"])})
+                     + ([f"pp_schedule={cfg.pp_schedule}, vpp={cfg.pp_chunks} (the fastest that fits)"]
+                        if schedule_resolved(c) else [])})
     return rows
 
 

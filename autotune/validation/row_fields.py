@@ -45,8 +45,10 @@ def _framework(row: dict, assumed: list) -> str:
 def _flash(row: dict, assumed: list) -> bool:
     """Fused attention as the row states it; where it does not, unfused for the sources published
     before FlashAttention (``PRE_FLASH_SOURCES``, printed with the row), else fused."""
-    flash = _stated(row, "flash_attention", map_flash, "names no known attention kernel (yes/FlashAttention/"
-                    "cuDNN/SDPA = fused, no/unfused/math/eager = unfused)")
+    text = _cell(row, "flash_attention")
+    unstated = "not stated" in text.lower() and map_flash(text) is None     # "not stated": as if empty
+    flash = None if unstated else _stated(row, "flash_attention", map_flash, "names no known attention kernel "
+                                          "(yes/FlashAttention/cuDNN/SDPA = fused, no/unfused/math/eager = unfused)")
     if flash is not None:
         return flash
     if any(k in (row.get("source") or "").lower() for k in PRE_FLASH_SOURCES):

@@ -38,11 +38,11 @@ class RunCase:
     assumptions: list = field(default_factory=list)
     """What the row left unstated and the value the code took for it (printed with the row)."""
     flops_convention: str = "model"
+    """How the row's TFLOP/s or MFU counts FLOPs: model (no recomputation) or hardware (with it)."""
     peak_memory_gb: float | None = None
     """Measured peak GPU memory of the run (GB), where the source gives it: checks the memory model."""
     schedule_stated: bool = True
     """The row names its pipeline schedule or vpp (``predict.unstated_schedules`` chooses one where not)."""
-    """How the row's TFLOP/s or MFU counts FLOPs: model (no recomputation) or hardware (with it)."""
 
 
 def _spec_name(name: str, i: int) -> str:
@@ -206,12 +206,12 @@ def build_case(i: int, row: dict) -> RunCase:
         raise Skip(f"more than one {gpu} NVLink domain ({dom} GPUs) but not a whole number of them", "n_gpus",
                    _cell(row, "n_gpus"))
     sched_text = _cell(row, "pipeline_schedule")
-    if pp > 1 and sched_text and vpp <= 1 and _match_schedule(sched_text) is None:
+    if pp > 1 and schedule_stated(sched_text) and vpp <= 1 and _match_schedule(sched_text) is None:
         raise Skip("names no known schedule (1F1B, interleaved, ZB-1p, ZB-2p, ZB-V, GPipe, DualPipe)",
                    "pipeline_schedule", sched_text)
     flavour_text = _cell(row, "zero_or_fsdp")
     if flavour_text and _match_flavour(flavour_text) is None:
-        raise Skip("names no known data-parallel flavour (none, ddp, zero1, zero3, fsdp, hsdp)", "zero_or_fsdp",
+        raise Skip("names no known data-parallel flavour (none, ddp, zero1, zero2, zero3, fsdp, hsdp)", "zero_or_fsdp",
                    flavour_text)
     if flavour_text and _match_flavour(flavour_text) == "offload":
         raise Skip("CPU offload is not modelled (the cost model keeps every state in HBM)", "zero_or_fsdp",
@@ -253,8 +253,8 @@ def build_case(i: int, row: dict) -> RunCase:
         regather = "every_pass"
         if flavour == "fsdp_noreshard":
             flavour, regather = "fsdp", "forward"
-        zero2 = flavour == "zero2"
-        if zero2:
+        zero2 = flavour == "zero2" and dp * cp > 1        # ZeRO-2 shards over data-parallel ranks only
+        if flavour == "zero2":
             flavour = "zero1"
         scen = Scenario(model=model, workload=WorkloadSpec(global_batch_seqs=gb, seq_len=seq, precision=precision,
                                                            flash_attention=flash, framework=framework,
@@ -288,4 +288,4 @@ def build_case(i: int, row: dict) -> RunCase:
                    rec in RECOMPUTE_VALUES, bool(_cell(row, "micro_batch")),
                    family=source_family(row.get("source") or ""), gpu=gpu, assumptions=assumed,
                    flops_convention=convention, peak_memory_gb=_float(row, "peak_memory_gb"),
-                   schedule_stated=pp == 1 or bool(_cell(row, "vpp")) or schedule_stated(sched_text))
+                   schedule_stated=pp == 1 or vpp >= 1 or schedule_stated(sched_text))
