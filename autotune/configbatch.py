@@ -9,6 +9,19 @@ from .specs.config import CATEGORICAL, FIELDS, Config
 
 ConfigBatch = dict  # field name -> np.ndarray
 
+CODES = {f: {name: i for i, name in enumerate(vals)} for f, vals in CATEGORICAL.items()}
+"""Categorical knob -> value name -> its code."""
+_INTEGER_FIELDS = tuple(f for f in FIELDS if f not in CATEGORICAL)
+
+
+def scalar_row(config: Config) -> dict:
+    """One Config as the cost model's scalar path reads it: integers, and the codes of the
+    categorical knobs (a one-row ConfigBatch of Python numbers)."""
+    row = {f: getattr(config, f) for f in _INTEGER_FIELDS}
+    for f, lut in CODES.items():
+        row[f] = lut[getattr(config, f)]
+    return row
+
 
 def batch_from_configs(configs) -> ConfigBatch:
     """Configs (objects or flat dicts with names) -> ConfigBatch of codes."""
@@ -17,8 +30,7 @@ def batch_from_configs(configs) -> ConfigBatch:
     for f in FIELDS:
         vals = [r[f] for r in rows]
         if f in CATEGORICAL:
-            lut = {name: i for i, name in enumerate(CATEGORICAL[f])}
-            out[f] = np.array([lut[x] for x in vals], dtype=np.int8)
+            out[f] = np.array([CODES[f][x] for x in vals], dtype=np.int8)
         else:
             out[f] = np.array(vals, dtype=np.int64)
     return out

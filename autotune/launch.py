@@ -62,12 +62,13 @@ def hetero_notes(scenario, cfg: Config, params=None) -> list[str]:
     (Megatron-Core: a pipeline layout; per-replica micro-batch counts in the data loader)."""
     if cfg.hetero_split != "by_speed":
         return []
-    from .costmodel.iteration import _scalar_row, iteration_formulas
+    from .costmodel.iteration import iteration_formulas
+    from .configbatch import scalar_row
     from .costmodel.params import default_params
     from .costmodel.hetero import speed_types
     from .costmodel.xp import SCALAR
     p = params or default_params()
-    plan = iteration_formulas(scenario, _scalar_row(cfg), p, SCALAR)["_hetero_plan"]
+    plan = iteration_formulas(scenario, scalar_row(cfg), p, SCALAR)["_hetero_plan"]
     if not plan or not any(plan):
         return ["hetero_split=by_speed: the even split is as fast here; every building takes an even share"]
     gpus = {}

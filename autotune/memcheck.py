@@ -81,10 +81,11 @@ def _config(row: dict):
 def predicted_bytes(row: dict) -> float:
     """The cost model's memory per GPU for the row, less the GPU framework reserve."""
     from .costmodel import constants as C
-    from .costmodel.iteration import _scalar_row, iteration_formulas
+    from .costmodel.iteration import iteration_formulas
+    from .configbatch import scalar_row
     from .costmodel.params import default_params
     from .costmodel.xp import SCALAR
-    out = iteration_formulas(_scenario(row), _scalar_row(_config(row)), default_params(), SCALAR)
+    out = iteration_formulas(_scenario(row), scalar_row(_config(row)), default_params(), SCALAR)
     return float(out["memory_per_gpu_bytes"]) - C.FRAMEWORK_RESERVED_BYTES
 
 

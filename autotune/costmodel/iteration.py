@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..specs.codes import Recompute
-from ..specs.config import CATEGORICAL, FIELDS
+from ..configbatch import scalar_row as _scalar_row
 from ..specs.scenario import Scenario
 from . import nccl as N
 from .collectives import all_to_all_time, dedup_share, p2p_time, tp_collective_time, tp_exposed
@@ -372,19 +372,6 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
         "_hetero_plan": hetero_plan,
         "_acct": acct,   # for the per-tier accounting (tiers.accounting), computed only on request
     }
-
-
-_CODES = {f: {name: i for i, name in enumerate(vals)} for f, vals in CATEGORICAL.items()}
-
-
-_INTEGER_FIELDS = tuple(f for f in FIELDS if f not in CATEGORICAL)
-
-
-def _scalar_row(config) -> dict:
-    row = {f: getattr(config, f) for f in _INTEGER_FIELDS}
-    for f, lut in _CODES.items():
-        row[f] = lut[getattr(config, f)]
-    return row
 
 
 def evaluate(scenario: Scenario, config, params: CostParams | None = None, *, check: bool = True) -> "Evaluation":

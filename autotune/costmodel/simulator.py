@@ -221,11 +221,12 @@ def simulate(scenario, config, params=None, trace: list | None = None) -> dict:
     """High-fidelity iteration time of one configuration: the cost model's stage and P2P times
     replayed through the event-level pipeline simulator (per-boundary in- vs cross-building
     delays), plus the same data-parallel exposure and optimizer step as the closed form."""
-    from .iteration import _scalar_row, iteration_formulas
+    from .iteration import iteration_formulas
+    from ..configbatch import scalar_row
     from .params import default_params
     from .xp import SCALAR
     p_ = params or default_params()
-    out = iteration_formulas(scenario, _scalar_row(config), p_, SCALAR)
+    out = iteration_formulas(scenario, scalar_row(config), p_, SCALAR)
     p, m = config.pp, int(round(out["micro_batches"]))
     sched = config.pp_schedule if p > 1 else "1f1b"
     v = 2 if sched in ("zbv", "dualpipev") else config.pp_chunks

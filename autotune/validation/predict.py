@@ -140,12 +140,13 @@ def predicted_metric(case: RunCase, iteration_s: float, model_flops: float, hard
 def score(cases, params: CostParams, configs: dict | None = None) -> list[dict]:
     """Every case's prediction under ``params``. ``configs`` (row -> Config) fixes the resolved
     knobs instead of resolving them again under ``params`` (the fit does, see ``fit_params``)."""
-    from ..costmodel.iteration import _scalar_row, iteration_formulas
+    from ..costmodel.iteration import iteration_formulas
+    from ..configbatch import scalar_row
     from ..costmodel.xp import SCALAR
     rows = []
     for c in cases:
         cfg = configs[c.row] if configs is not None else resolve_unstated(c, params)
-        out = iteration_formulas(c.scenario, _scalar_row(cfg), params, SCALAR)
+        out = iteration_formulas(c.scenario, scalar_row(cfg), params, SCALAR)
         flop_s = out["iteration_time_s"] * c.scenario.n_gpus * c.scenario.cluster.buildings[0].gpu.peak_flops(
             c.scenario.precision)
         pred = float(predicted_metric(c, out["iteration_time_s"], out["mfu"] * flop_s, out["hfu"] * flop_s))
