@@ -14,6 +14,7 @@ from ..specs.scenario import Scenario
 from . import nccl as N
 from .collectives import all_to_all_time, dedup_share, p2p_time, tp_collective_time, tp_exposed
 from .params import CostParams, default_params
+from .stragglers import straggler_scale
 from .pipeline import (S_1F1B, S_DUALPIPEV, S_GPIPE, S_INTERLEAVED, S_ZBV, bubble_time, chain_hops,
                        in_flight_microbatches, pipe_memory, paired_share, step_end_exposed, sync_windows)
 from .terms import (F_DDP, F_FSDP, F_HSDP, F_ZERO1, P_CP_OUT, P_DP_OUT, P_EP_OUT, P_HYBRID,  # noqa: F401
@@ -295,7 +296,9 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
     owned = P_dense / shard_d + P_exp / shard_e
     t_opt = memory_bound_time_s(owned * k.adam_traffic_bytes, k.hbm_Bps)
 
-    iteration = T_pipe + dp_exposed + t_opt
+    # the step waits for its slowest rank (stragglers.py)
+    straggler = (T_pipe + dp_exposed + t_opt) * (straggler_scale(k.n_gpus, p.straggler_jitter) - 1.0)
+    iteration = T_pipe + dp_exposed + t_opt + straggler
 
     # ---- memory per GPU (bottleneck rank; memory.memory_per_gpu) ----
     infl_mem = in_flight_microbatches(sc, pp, v, m_busiest, xp) if types else infl   # the busiest replica's
@@ -356,6 +359,7 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
         "pp_comm_s": p2p_part + pp_latency,
         "dp_comm_s": dp_exposed + fsdp_part,
         "optimizer_s": t_opt,
+        "straggler_s": straggler,
         "xb_bytes_per_gpu": xb_per_gpu,
         "xb_bytes_per_step": xb_per_gpu * k.n_gpus,
         "nvlink_bytes_per_gpu": nvlink_bytes,

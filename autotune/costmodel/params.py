@@ -37,7 +37,7 @@ class CostParams:
     framework_efficiency_deepspeed: float = 1.0
     """Compute speed of a framework class's training step relative to the same kernels run in
     isolation (the GEMM and attention levels, held at the H100 kernel measurements), all layer
-    compute scaled by it (WorkloadSpec.framework): launch gaps, synchronisation, stragglers and,
+    compute scaled by it (WorkloadSpec.framework): launch gaps, synchronisation and,
     in eager PyTorch, more and smaller kernels (unfused norms, activations, rotary,
     cross-entropy). Megatron-Core's fused kernels are a class of their own
     (``framework_efficiency_megatron``). Fitted per class on the published runs of that class; a
@@ -65,6 +65,11 @@ class CostParams:
     nccl_overhead_scale: float = 1.0
     """Multiplies NCCL's software latencies (per-call base latency and per-step overhead, from its
     own tuning.cc tables, ``nccl.py``); 0 models a library with no software cost."""
+    straggler_jitter: float = 0.0
+    """Relative standard deviation of one rank's step time (throttling, OS and launch jitter). A
+    synchronous step waits for the slowest of its n ranks: it takes 1 + straggler_jitter *
+    E[max of n standard normals] times the model's time (``stragglers.py``; ~sqrt(2 ln n)).
+    0: no straggler effect."""
     dp_collective_scale: float = 1.0
     """Multiplies every data-parallel collective's time; 0 drops them (the transport-free lower
     bound of ``costmodel.bounds``, never a calibration)."""
@@ -101,7 +106,8 @@ def default_params() -> CostParams:
 
 
 ZERO_ALLOWED = frozenset({"gemm_half_intensity_ridge_ratio", "attention_head_dim_half", "attention_seq_half",
-                          "fp8_gemm_speedup_realised", "nccl_overhead_scale", "dp_collective_scale"})
+                          "fp8_gemm_speedup_realised", "nccl_overhead_scale", "dp_collective_scale",
+                          "straggler_jitter"})
 """Parameters for which 0 means something (no effect, no cost); the others divide a time."""
 
 

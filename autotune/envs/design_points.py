@@ -110,18 +110,23 @@ def scenario_features(s: Scenario) -> np.ndarray:
     ], dtype=np.float32)
 
 
+FEATURE_BREAKDOWN_KEYS = BREAKDOWN_KEYS[:8]
+"""The breakdown terms the policy sees (compute through optimizer): the shipped policy was
+trained on these eight; the straggler wait, added later, scales them all and is left out."""
+
+
 def production_features(s: Scenario, ev) -> np.ndarray:
     """Where the production configuration's time goes (share of each breakdown term) and how full
     its memory is: the bottleneck a better configuration has to remove. Zeros without one."""
     if ev is None:
-        return np.zeros(len(BREAKDOWN_KEYS) + 1, dtype=np.float32)
+        return np.zeros(len(FEATURE_BREAKDOWN_KEYS) + 1, dtype=np.float32)
     hbm = min(b.gpu.hbm_bytes for b in s.cluster.buildings)
-    shares = [ev.breakdown[k] / ev.iteration_time_s for k in BREAKDOWN_KEYS]
+    shares = [ev.breakdown[k] / ev.iteration_time_s for k in FEATURE_BREAKDOWN_KEYS]
     return np.array([*shares, min(ev.memory_per_gpu_bytes / hbm, 2.0)], dtype=np.float32)
 
 
 N_SCENARIO_FEATURES = 30
-N_FEATURES = N_SCENARIO_FEATURES + len(BREAKDOWN_KEYS) + 1
+N_FEATURES = N_SCENARIO_FEATURES + len(FEATURE_BREAKDOWN_KEYS) + 1
 
 
 def fitting_space(space: SearchSpace) -> SearchSpace:
