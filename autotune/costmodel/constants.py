@@ -9,6 +9,8 @@ the published runs (``autotune validate --fit``).
 WEIGHT_BYTES_PER_PARAM = 2.0          # bf16 working weights
 GRAD_BYTES_PER_PARAM = 4.0            # fp32 main gradients
 OPTIMIZER_BYTES_PER_PARAM = 12.0      # fp32 master weights + Adam m and v
+BF16_GRAD_BYTES_PER_PARAM = 2.0       # bf16 gradient buffer (Megatron --grad-reduce-in-bf16; WorkloadSpec.grad_dtype)
+FP8_WEIGHT_BYTES_PER_PARAM = 1.0      # fp8 working weights (Megatron-Core --fp8-param-gather)
 ADAM_STEP_TRAFFIC_BYTES_PER_PARAM = 30.0
 """HBM traffic of one fused Adam step per owned parameter: read fp32 master, m, v, grad (16 B),
 write master, m, v (12 B) and the bf16 copy (2 B)."""

@@ -83,16 +83,32 @@ def head_layer_equivalents(m) -> float:
     return m.vocab * m.hidden / ((1.0 - frac) * dense + frac * moe)
 
 
-def precision_bytes(precision: str, moments: str = "fp32") -> tuple[float, float, float, float]:
+def precision_bytes(precision: str, moments: str = "fp32", grad_dtype: str = "fp32",
+                    fp8_params: bool = False) -> tuple[float, float, float, float]:
     """(wire, weight, gradient, optimizer) bytes per element / parameter of a precision.
     Mixed precision (bf16/fp16/fp8 GEMMs): bf16 on the wire, 2 + 4 + 12 resident
     (``constants``); fp32 throughout: 4 on the wire, fp32 weights and gradients, Adam m and v
     (4 + 4 + 8 = 16 B/param, no separate master copy). bf16 ``moments`` (WorkloadSpec.optimizer_moments)
-    keep m and v in 2 B each: 4 B fewer of optimizer state."""
+    keep m and v in 2 B each: 4 B fewer of optimizer state; a bf16 ``grad_dtype`` keeps a 2 B gradient
+    buffer, ``fp8_params`` (fp8 only) 1 B working weights (WorkloadSpec.grad_dtype, fp8_param_gather)."""
     saved = C.ADAM_BF16_MOMENTS_SAVED_BYTES_PER_PARAM if moments == "bf16" else 0.0
     if precision == "fp32":
         return C.FP32_BYTES, C.FP32_BYTES, C.FP32_BYTES, 2 * C.FP32_BYTES - saved
-    return C.ACTIVATION_BYTES, C.WEIGHT_BYTES_PER_PARAM, C.GRAD_BYTES_PER_PARAM, C.OPTIMIZER_BYTES_PER_PARAM - saved
+    weight = C.FP8_WEIGHT_BYTES_PER_PARAM if fp8_params and precision == "fp8" else C.WEIGHT_BYTES_PER_PARAM
+    grad = C.BF16_GRAD_BYTES_PER_PARAM if grad_dtype == "bf16" else C.GRAD_BYTES_PER_PARAM
+    return C.ACTIVATION_BYTES, weight, grad, C.OPTIMIZER_BYTES_PER_PARAM - saved
+
+
+def adam_traffic_bytes(w, precision: str, state_bytes) -> float:
+    """HBM bytes of one fused Adam step per owned parameter: ``constants.ADAM_STEP_TRAFFIC_BYTES_PER_PARAM``
+    (fp32 m, v, master and gradient read, m, v and master written, a bf16 weight copy written),
+    less what bf16 moments, a bf16 gradient buffer and fp8 working weights do not move (the
+    gradient read at 2 B, the weight copy written at 1 B)."""
+    _, weight, grad, _ = state_bytes
+    saved = C.ADAM_BF16_MOMENTS_TRAFFIC_SAVED_BYTES_PER_PARAM if w.optimizer_moments == "bf16" else 0.0
+    if precision != "fp32":
+        saved += (C.GRAD_BYTES_PER_PARAM - grad) + (C.WEIGHT_BYTES_PER_PARAM - weight)
+    return C.ADAM_STEP_TRAFFIC_BYTES_PER_PARAM - saved
 
 
 def hybrid_split(B: int) -> tuple[int, int]:
@@ -159,6 +175,8 @@ def _compute_consts(scenario: Scenario, params: CostParams) -> ScenarioConsts:
     nvlink_Bps = min(g.nvlink_bandwidth_Bps for g in gpus) * params.nvlink_efficiency
     nvlink_alpha_s = max(g.nvlink_latency_s for g in gpus)
     ll128 = all(g.nccl_ll128 for g in gpus) and (len(caps) == 1 or min(caps) >= 9.0)
+    state_bytes = precision_bytes(scenario.precision, scenario.workload.optimizer_moments,
+                                  scenario.workload.grad_dtype, scenario.workload.fp8_param_gather)
     k = ScenarioConsts(
         L=m.n_layers, h=m.hidden, ffn=m.ffn_hidden, heads=m.n_heads, kv_dim=m.kv_dim, vocab=m.vocab,
         attn_gemms=m.attn_gemms, qv_width=m.n_heads * (m.qk_head_dim + m.v_dim), kv_width=m.kv_width,
@@ -191,10 +209,8 @@ def _compute_consts(scenario: Scenario, params: CostParams) -> ScenarioConsts:
         tp_overlap=scenario.workload.tp_comm_overlap, ep_overlap=scenario.workload.ep_comm_overlap,
         ep_dedup=scenario.workload.ep_token_dedup,
         compute_scale=1.0 / framework_efficiency(params, scenario.workload.framework),
-        **dict(zip(("wire_bytes", "weight_bytes", "grad_bytes", "optimizer_bytes"),
-                   precision_bytes(scenario.precision, scenario.workload.optimizer_moments))),
-        adam_traffic_bytes=C.ADAM_STEP_TRAFFIC_BYTES_PER_PARAM - (C.ADAM_BF16_MOMENTS_TRAFFIC_SAVED_BYTES_PER_PARAM
-                                                                  if scenario.workload.optimizer_moments == "bf16" else 0.0),
+        **dict(zip(("wire_bytes", "weight_bytes", "grad_bytes", "optimizer_bytes"), state_bytes)),
+        adam_traffic_bytes=adam_traffic_bytes(scenario.workload, scenario.precision, state_bytes),
         fsdp_regather=_REGATHER[scenario.workload.fsdp_regather],
         shard_gradients=scenario.workload.shard_gradients,
         pp_layout=_LAYOUT[scenario.workload.resolved_pipeline_layout], head_layer_equiv=head_layer_equivalents(m),

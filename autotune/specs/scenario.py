@@ -76,7 +76,8 @@ class Scenario(BaseModel):
         later = {name for name, default in (("fsdp_regather", "every_pass"), ("activation_memory", "fused"),
                                             ("optimizer_post_validation", False), ("pipeline_layout", None),
                                             ("recompute_modules", ("core_attn",)), ("optimizer_moments", "fp32"),
-                                            ("shard_gradients", False))
+                                            ("shard_gradients", False), ("grad_dtype", "fp32"),
+                                            ("fp8_param_gather", False))
                  if getattr(w, name) == default}
         return hashlib.sha256(self.model_dump_json(exclude={"workload": later} if later else None)
                               .encode()).hexdigest()[:16]

@@ -81,6 +81,16 @@ class WorkloadSpec(BaseModel):
         default="fp32", description="dtype of Adam's first and second moments: fp32 (12 B of optimizer "
         "state a parameter with the fp32 master) or bf16 (8 B; Megatron-Core's --use-precision-aware-optimizer "
         "--exp-avg-dtype bf16 --exp-avg-sq-dtype bf16, DeepSeek-V3's report sec. 3.3.2)")
+    grad_dtype: Literal["fp32", "bf16"] = Field(
+        default="fp32", description="dtype of the gradient buffer the backward accumulates into: fp32 (4 B a "
+        "parameter; Megatron's default under bf16, --accumulate-allreduce-grads-in-fp32) or bf16 (2 B; "
+        "Megatron's --grad-reduce-in-bf16, NeMo's performance recipes' grad_reduce_in_fp32=False); mixed "
+        "precision only. The data-parallel collectives move gradients at the wire precision (bf16) either way")
+    fp8_param_gather: bool = Field(
+        default=False, description="fp8 training keeps the model's working weights in fp8 (1 B a parameter "
+        "instead of 2; the fp32 master stays with the optimizer) and gathers them in fp8 (Megatron-Core's "
+        "--fp8-param-gather, NeMo's fp8 recipes); precision fp8 only. Priced in memory; the parameter "
+        "all-gathers stay at the wire precision in the model")
     activation_memory: Literal["fused", "eager"] = Field(
         default="fused", description="which tensors the backward keeps: fused = Megatron-Core / "
         "TransformerEngine kernels (Korthikanti et al. 2022's per-layer bytes); eager = PyTorch eager "
@@ -112,6 +122,14 @@ class WorkloadSpec(BaseModel):
         if self.activation_memory == "eager" and self.recompute_modules != ("core_attn",):
             raise ValueError(f"recompute_modules {','.join(self.recompute_modules)} needs activation_memory "
                              "fused (Megatron-Core's --recompute-modules); eager autograd prices core_attn only")
+        return self
+
+    @model_validator(mode="after")
+    def _dtypes_need_mixed_precision(self):
+        if self.fp8_param_gather and self.precision != "fp8":
+            raise ValueError(f"fp8_param_gather needs precision fp8 (weights kept in fp8), not {self.precision}")
+        if self.grad_dtype == "bf16" and self.precision == "fp32":
+            raise ValueError("grad_dtype bf16 needs mixed precision (bf16, fp16 or fp8), not fp32 throughout")
         return self
 
     @property

@@ -37,7 +37,7 @@ COLUMNS = ("source", "model_name", "params_b", "n_layers", "hidden", "ffn_hidden
            "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "v_head_dim", "sliding_window",
            "sliding_window_layers", "activation", "framework", "flops_convention", "hbm_gb", "hbm_tbps",
            "nic_gbps", "peak_memory_gb", "pipeline_layout", "recompute_modules", "optimizer_moments",
-           "flash_attention", "notes")
+           "flash_attention", "grad_dtype", "fp8_param_gather", "notes")
 """The columns of published_runs.csv (docs in ``autotune/data/published_runs.README.md``).
 ``source``, ``params_b`` and ``notes`` are informational: ``source`` names the row's source
 family; none of the three is parsed as a number."""
@@ -267,6 +267,15 @@ def map_moments(text: str) -> str | None:
     """Adam moments' dtype (WorkloadSpec.optimizer_moments): "bf16", "BF16 optimizer states",
     "--exp-avg-dtype bf16" -> bf16; "fp32", "float32" -> fp32."""
     return _first_rule([(r"bf16|bfloat16", "bf16"), (r"fp32|float32", "fp32")], text)
+
+
+def map_grad_dtype(text: str) -> str | None:
+    """The gradient buffer's dtype (WorkloadSpec.grad_dtype): "bf16", "--grad-reduce-in-bf16",
+    "grad_reduce_in_fp32=False" -> bf16; "fp32", "grad_reduce_in_fp32: True",
+    "--accumulate-allreduce-grads-in-fp32" -> fp32."""
+    return _first_rule([(r"grad_reduce_in_fp32\s*[:=]\s*false|grad[-_ ]reduce[-_ ]in[-_ ]bf16|bf16|bfloat16", "bf16"),
+                        (r"grad_reduce_in_fp32\s*[:=]\s*true|accumulate[-_ ]allreduce[-_ ]grads[-_ ]in[-_ ]fp32|fp32|float32",
+                         "fp32")], text)
 
 
 def map_convention(text: str) -> str | None:

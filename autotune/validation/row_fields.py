@@ -7,7 +7,7 @@ import math
 from ..specs.presets import load_preset
 from ..specs.workload import default_pipeline_layout
 from .columns import (ALWAYS_RECOMPUTE_SOURCES, ASSUMED_FRAMEWORK, PRE_FLASH_SOURCES, Skip, _cell, gpu_memory_gb,
-                      map_convention, map_flash, map_framework, map_moments, map_pipeline_layout,
+                      map_convention, map_flash, map_framework, map_grad_dtype, map_moments, map_pipeline_layout,
                       map_recompute_modules)
 
 
@@ -91,6 +91,13 @@ def _recompute_modules(row: dict, assumed: list, rec: str) -> str | None:
     return mods
 
 
+def _grad_dtype(row: dict) -> str:
+    """``grad_dtype`` as stated (bf16 or fp32, or the frameworks' flags); empty: fp32 (Megatron's
+    default under bf16: --accumulate-allreduce-grads-in-fp32)."""
+    return _stated(row, "grad_dtype", map_grad_dtype,
+                   "not bf16 or fp32 (the gradient buffer: --grad-reduce-in-bf16, grad_reduce_in_fp32=False)") or "fp32"
+
+
 def _moments(row: dict) -> str:
     """``optimizer_moments`` as stated (bf16 or fp32, or their spellings); empty: fp32 (Adam's default)."""
     return _stated(row, "optimizer_moments", map_moments, "not bf16 or fp32 (Adam's moments)") or "fp32"
@@ -112,7 +119,7 @@ def _convention(row: dict, assumed: list, metric: str) -> str:
 
 _YES = ("yes", "true", "on", "1", "enabled", "overlap")
 _NO = ("no", "false", "off", "0", "disabled", "none")
-_OVERLAP_FLAGS = {
+_FLAGS = {
     "tp_comm_overlap": (("--tp-comm-overlap", "tp-comm-overlap", "userbuffers", "ub"),
                         "TP communication overlapped with its GEMMs: --tp-comm-overlap"),
     "ep_comm_overlap": (("--overlap-moe-expert-parallel-comm", "overlap-moe-expert-parallel-comm",
@@ -121,16 +128,20 @@ _OVERLAP_FLAGS = {
     "optimizer_post_validation": (("--enable-optimizer-post-validation", "enable-optimizer-post-validation",
                                    "post-validation", "post validation"),
                                   "optimizer step validated after the update: --enable-optimizer-post-validation"),
+    "fp8_param_gather": (("--fp8-param-gather", "fp8-param-gather", "fp8_param_gather", "fp8_param_gather=true",
+                          "fp8_param_gather: true", "fp8 params", "fp8 weights"),
+                         "weights kept and gathered in fp8: --fp8-param-gather"),
 }
 
 
-def _overlap(row: dict, assumed: list, column: str, degree: int) -> bool:
-    """``tp_comm_overlap`` / ``ep_comm_overlap`` / ``optimizer_post_validation``: yes / true / on / 1 /
-    the framework's flag, or no / false / off / 0 (case-insensitive); not stated = no, printed with
-    the row where the degree (tp, ep; 2 for the schedules post-validation changes) is above 1."""
+def _flag(row: dict, assumed: list, column: str, degree: int) -> bool:
+    """``tp_comm_overlap`` / ``ep_comm_overlap`` / ``optimizer_post_validation`` / ``fp8_param_gather``:
+    yes / true / on / 1 / the framework's flag, or no / false / off / 0 (case-insensitive); not
+    stated = no, printed with the row where the degree (tp, ep; 2 for the schedules post-validation
+    changes, for fp8 rows' parameter gather) is above 1."""
     text = _cell(row, column)
     t = text.lower().strip()
-    flags, what = _OVERLAP_FLAGS[column]
+    flags, what = _FLAGS[column]
     if not t:
         if degree > 1:
             assumed.append(f"{column}=no (not stated)")
@@ -143,16 +154,16 @@ def _overlap(row: dict, assumed: list, column: str, degree: int) -> bool:
 
 
 def _tp_overlap(row: dict, assumed: list, tp: int) -> bool:
-    return _overlap(row, assumed, "tp_comm_overlap", tp)
+    return _flag(row, assumed, "tp_comm_overlap", tp)
 
 
 def _ep_overlap(row: dict, assumed: list, ep: int) -> bool:
-    return _overlap(row, assumed, "ep_comm_overlap", ep)
+    return _flag(row, assumed, "ep_comm_overlap", ep)
 
 
 def _post_validation(row: dict, assumed: list, sched: str) -> bool:
     """``optimizer_post_validation``, printed as assumed where the schedule is one it changes."""
-    return _overlap(row, assumed, "optimizer_post_validation", 2 if sched == "zb2p" else 1)
+    return _flag(row, assumed, "optimizer_post_validation", 2 if sched == "zb2p" else 1)
 
 
 _DEDUP_DISPATCHERS = ("deepep", "hybridep", "hybrid-ep", "hybrid_ep", "flex", "dedup", "deduplicated")

@@ -17,7 +17,7 @@ from .columns import (schedule_stated, ALWAYS_RECOMPUTE_SOURCES, ASSUMED_FFN_MUL
                       RECOMPUTE_VALUES, Skip, _cell, _int,
                       _match_flavour, _match_schedule, is_deepspeed_zero3, map_flavour, map_gpu, map_schedule, one_line,
                       source_family)
-from .row_fields import (RACK_SCALE_DOMAIN_GPUS, _convention, _flash, _moments, _pipeline_layout, _recompute_modules, _ep_dedup, _ep_overlap, _float, _framework, _hardware,
+from .row_fields import (RACK_SCALE_DOMAIN_GPUS, _convention, _flag, _flash, _grad_dtype, _moments, _pipeline_layout, _recompute_modules, _ep_dedup, _ep_overlap, _float, _framework, _hardware,
                          _post_validation, _tp_overlap)
 
 @dataclass
@@ -221,6 +221,8 @@ def build_case(i: int, row: dict) -> RunCase:
         raise Skip("not none/selective/full (empty = not stated)", "recompute", _cell(row, "recompute"))
     modules = _recompute_modules(row, assumed, rec)
     moments = _moments(row)
+    grad_dtype = _grad_dtype(row)
+    fp8_params = _flag(row, assumed, "fp8_param_gather", 2 if precision == "fp8" else 1)
     if modules and not rec:
         rec = "selective"
     sched = map_schedule(sched_text, vpp) if pp > 1 else "1f1b"
@@ -264,7 +266,8 @@ def build_case(i: int, row: dict) -> RunCase:
                                                            fsdp_regather=regather, shard_gradients=zero2,
                                                            pipeline_layout=layout,
                                                            recompute_modules=modules or ("core_attn",),
-                                                           optimizer_moments=moments),
+                                                           optimizer_moments=moments, grad_dtype=grad_dtype,
+                                                           fp8_param_gather=fp8_params),
                        cluster=cluster)
     except Skip:
         raise
