@@ -83,6 +83,20 @@ also keeps the stage output (the logits, 4 B more) for the stage's backward."""
 EAGER_LOGITS_TRANSIENT_BYTES = 8.0
 """Bytes per logit live once, when the loss's backward starts: the gradients of the log-softmax
 output and of the logits (fp32)."""
+HBM_USABLE_GIB_PER_NOMINAL_GB = 0.989
+"""Device memory a framework can allocate from, in GiB per GB of the datasheet's nominal HBM size:
+PyTorch reports an 80 GB H100 at 79.11 GiB total capacity (vllm-project/vllm#27508), an 80 GB
+A100 at 79.25 GiB (levihsu/OOTDiffusion#235), a 40 GB A100 at 39.50 GiB (TianheWu/CoSeR#10):
+0.987-0.991. Nominal sizes are binary gigabytes less what ECC and the driver keep; read as decimal
+gigabytes (80e9 B) they understated an 80 GB GPU by 6%. Used for the hardware presets' hbm_bytes
+and for a runs file's stated HBM size (``hbm_bytes_of_nominal_gb``)."""
+
+
+def hbm_bytes_of_nominal_gb(nominal_gb: float) -> float:
+    """Bytes a framework can allocate on a GPU sold as ``nominal_gb`` GB of HBM."""
+    return nominal_gb * HBM_USABLE_GIB_PER_NOMINAL_GB * 2.0**30
+
+
 FRAMEWORK_RESERVED_BYTES = 3.0e9
 """CUDA context, NCCL buffers and allocator fragmentation: an engineering allowance (assumed)."""
 

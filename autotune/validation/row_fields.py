@@ -6,6 +6,7 @@ import math
 
 from ..specs.presets import load_preset
 from ..specs.workload import default_pipeline_layout
+from ..costmodel.constants import hbm_bytes_of_nominal_gb
 from .columns import (ALWAYS_RECOMPUTE_SOURCES, ASSUMED_FRAMEWORK, PRE_FLASH_SOURCES, Skip, _cell, gpu_memory_gb,
                       map_convention, map_flash, map_framework, map_grad_dtype, map_moments, map_pipeline_layout,
                       map_recompute_modules)
@@ -208,7 +209,7 @@ def _hardware(row: dict, gpu: str, assumed: list):
     upd = {}
     hbm_gb = _float(row, "hbm_gb") or gpu_memory_gb(_cell(row, "gpu_type"))
     if hbm_gb:
-        upd["hbm_bytes"] = hbm_gb * 1e9
+        upd["hbm_bytes"] = hbm_bytes_of_nominal_gb(hbm_gb)      # nominal GB: usable GiB (constants)
     tbps = _float(row, "hbm_tbps")
     if tbps:
         upd["hbm_bandwidth_Bps"] = tbps * 1e12
