@@ -101,6 +101,10 @@ def validate(runs, fit, write_path, loso, jobs, params_file, as_json):
         if mem.get("n"):
             click.echo(f"memory: {mem['n']} rows with a measured peak; predicted vs measured median |error| "
                        f"{mem['median_ape']:.1f}%, 90th percentile {mem['p90_ape']:.1f}%")
+        oom = mem.get("out_of_memory_rows") or []
+        if oom:
+            click.echo(f"memory: {len(oom)} of {d['n']} runs that ran as published are out of memory in the model "
+                       f"(rows {', '.join(map(str, oom))}): scored all the same")
         subsets(d)
         ranks(d, "in-sample")
 

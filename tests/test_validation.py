@@ -44,6 +44,9 @@ def test_published_runs_figures():
     assert len(korthikanti) == 8 and sum(korthikanti) / 8 <= 12.5
     for s in r["skipped"]:
         assert s["reason"]
+    # the published runs the memory model rules out, named (each ran as published)
+    oom = r["memory"]["out_of_memory_rows"]
+    assert oom == [x["row"] for x in r["rows"] if not x["feasible"]] and 0 < len(oom) < len(r["rows"]) / 10
 
 
 def test_mapping_rules_on_free_text():

@@ -25,8 +25,12 @@ def validate(path=None, params: CostParams | None = None) -> dict:
     s = _summary(r["ape"] for r in rows)
     rank = rank_correlations(runs.cases, {r["row"]: r["predicted"] for r in rows})
     mem = [r["memory_ape"] for r in rows if "memory_ape" in r]
+    oom = [r["row"] for r in rows if not r["feasible"]]
     return {"memory": {"n": len(mem), **_summary(mem),
-                       "what": "predicted memory per GPU vs the measured peak (rows with peak_memory_gb)"},
+                       "what": "predicted memory per GPU vs the measured peak (rows with peak_memory_gb)",
+                       "out_of_memory_rows": oom,
+                       "out_of_memory_what": "rows that ran as published but exceed their GPU's HBM in the model "
+                                             "(the memory model is conservative there; scored all the same)"},
             "mode": "in_sample", "rows": rows, "skipped": runs.skipped, "n": len(rows),
             "median_ape": s["median_ape"], "p90_ape": s["p90_ape"], "mean_ape": s["mean_ape"],
             "params": params.to_dict(), "ignored_columns": runs.ignored_columns,
