@@ -10,6 +10,8 @@ from contextlib import redirect_stderr, redirect_stdout
 
 import pytest
 
+from autotune.costmodel.constants import hbm_bytes_of_nominal_gb
+
 import autotune.validation as V
 from autotune.cli import main
 from autotune.costmodel.params import CostParams
@@ -84,7 +86,7 @@ def test_explicit_columns_reach_the_scenario(tmp_path):
     assert (m.moe_ffn_hidden, m.moe_shared_experts, m.first_k_dense, m.head_dim) == (1408, 2, 1, 192)
     assert (m.sliding_window, m.sliding_window_layers, m.activation) == (1024, 12, "swiglu")
     assert case.scenario.workload.framework == "pytorch"
-    assert hw.hbm_bytes == pytest.approx(94 * 0.989 * 2**30) and hw.hbm_bandwidth_Bps == 3.9e12 and hw.nic_bandwidth_Bps == 200e9 / 8
+    assert hw.hbm_bytes == hbm_bytes_of_nominal_gb(94) and hw.hbm_bandwidth_Bps == 3.9e12 and hw.nic_bandwidth_Bps == 200e9 / 8
     assert not any(a.startswith(("expert_ffn_hidden", "activation", "framework")) for a in case.assumptions)
 
 

@@ -75,3 +75,13 @@ def test_bad_scenario_files(tmp_path):
         with pytest.raises(UserInputError) as ei:
             build_scenario(scenario_file=f)
         assert "--scenario" in str(ei.value)
+
+
+def test_gpu_presets_hold_the_usable_share_of_their_nominal_hbm():
+    """hardware.yaml's hbm_bytes follow constants.HBM_USABLE_GIB_PER_NOMINAL_GB (0.989 GiB per
+    nominal GB: PyTorch's total capacity of an 80 GB H100 is 79.11 GiB), not the decimal size."""
+    from autotune.costmodel.constants import hbm_bytes_of_nominal_gb
+    from autotune.specs.presets import load_preset
+    for gpu, nominal_gb in (("a100-80gb", 80), ("h100-sxm", 80), ("h800", 80), ("h200", 141), ("b200", 180),
+                            ("gb200-nvl72", 186)):
+        assert abs(load_preset("hardware", gpu).hbm_bytes / hbm_bytes_of_nominal_gb(nominal_gb) - 1) < 2e-4, gpu

@@ -102,12 +102,13 @@ def precision_bytes(precision: str, moments: str = "fp32", grad_dtype: str = "fp
 def adam_traffic_bytes(w, precision: str, state_bytes) -> float:
     """HBM bytes of one fused Adam step per owned parameter: ``constants.ADAM_STEP_TRAFFIC_BYTES_PER_PARAM``
     (fp32 m, v, master and gradient read, m, v and master written, a bf16 weight copy written),
-    less what bf16 moments, a bf16 gradient buffer and fp8 working weights do not move (the
-    gradient read at 2 B, the weight copy written at 1 B)."""
-    _, weight, grad, _ = state_bytes
+    less what bf16 moments and fp8 working weights do not move (the weight copy written at 1 B).
+    A bf16 gradient buffer saves nothing here: Megatron's optimizer casts the bf16 gradient to an
+    fp32 main gradient before the step (``shard_main_param.grad = shard_model_grad.float()``)."""
+    _, weight, _, _ = state_bytes
     saved = C.ADAM_BF16_MOMENTS_TRAFFIC_SAVED_BYTES_PER_PARAM if w.optimizer_moments == "bf16" else 0.0
     if precision != "fp32":
-        saved += (C.GRAD_BYTES_PER_PARAM - grad) + (C.WEIGHT_BYTES_PER_PARAM - weight)
+        saved += C.WEIGHT_BYTES_PER_PARAM - weight
     return C.ADAM_STEP_TRAFFIC_BYTES_PER_PARAM - saved
 
 

@@ -18,6 +18,8 @@ from __future__ import annotations
 import heapq
 from dataclasses import dataclass
 
+from .stragglers import straggler_scale
+
 F, B, W = 0, 1, 2
 FIXED = ("gpipe", "1f1b", "interleaved_1f1b")
 
@@ -244,7 +246,9 @@ def simulate(scenario, config, params=None, trace: list | None = None) -> dict:
     # optimizer post-validation: ZB-2p's stages no longer meet at the step (pipeline.bubble_time)
     unsync = scenario.workload.optimizer_post_validation and sched == "zb2p"
     pipe = res.unsynchronised_s if unsync else res.makespan_s
-    total = pipe + out["_dp_exposed"] + out["_t_opt"]
+    # the step waits for its slowest rank, as the closed form (stragglers.py)
+    base = pipe + out["_dp_exposed"] + out["_t_opt"]
+    total = base * straggler_scale(scenario.n_gpus, p_.straggler_jitter)
     return {"iteration_time_s": total, "pipeline_s": pipe, "busy_s": res.busy_s,
             "schedule": sched, "pp": p, "chunks": v, "micro_batches": m, "ranks_per_building": per_building,
             "closed_form_iteration_time_s": float(out["iteration_time_s"]),

@@ -85,7 +85,8 @@ class WorkloadSpec(BaseModel):
         default="fp32", description="dtype of the gradient buffer the backward accumulates into: fp32 (4 B a "
         "parameter; Megatron's default under bf16, --accumulate-allreduce-grads-in-fp32) or bf16 (2 B; "
         "Megatron's --grad-reduce-in-bf16, NeMo's performance recipes' grad_reduce_in_fp32=False); mixed "
-        "precision only. The data-parallel collectives move gradients at the wire precision (bf16) either way")
+        "precision only. The model moves gradients over the data-parallel collectives at the wire precision "
+        "(bf16) either way: Megatron's fp32 buffer also reduces in fp32, which the model does not yet charge")
     fp8_param_gather: bool = Field(
         default=False, description="fp8 training keeps the model's working weights in fp8 (1 B a parameter "
         "instead of 2; the fp32 master stays with the optimizer) and gathers them in fp8 (Megatron-Core's "
@@ -124,13 +125,21 @@ class WorkloadSpec(BaseModel):
                              "fused (Megatron-Core's --recompute-modules); eager autograd prices core_attn only")
         return self
 
-    @model_validator(mode="after")
-    def _dtypes_need_mixed_precision(self):
-        if self.fp8_param_gather and self.precision != "fp8":
-            raise ValueError(f"fp8_param_gather needs precision fp8 (weights kept in fp8), not {self.precision}")
-        if self.grad_dtype == "bf16" and self.precision == "fp32":
+    @field_validator("fp8_param_gather")
+    @classmethod
+    def _fp8_weights_need_fp8(cls, v, info):
+        """Checked on the field (precision is declared before it), so an error names this field."""
+        precision = info.data.get("precision", "bf16")
+        if v and precision != "fp8":
+            raise ValueError(f"fp8_param_gather needs precision fp8 (weights kept in fp8), not {precision}")
+        return v
+
+    @field_validator("grad_dtype")
+    @classmethod
+    def _bf16_grads_need_mixed_precision(cls, v, info):
+        if v == "bf16" and info.data.get("precision") == "fp32":
             raise ValueError("grad_dtype bf16 needs mixed precision (bf16, fp16 or fp8), not fp32 throughout")
-        return self
+        return v
 
     @property
     def resolved_pipeline_layout(self) -> str:

@@ -269,13 +269,29 @@ def map_moments(text: str) -> str | None:
     return _first_rule([(r"bf16|bfloat16", "bf16"), (r"fp32|float32", "fp32")], text)
 
 
+_GRAD_FLAGS = [(r"grad[-_]reduce[-_]in[-_]fp32\s*[:=]\s*(?:false|0|no)\b", "bf16"),
+               (r"grad[-_]reduce[-_]in[-_]fp32\s*[:=]\s*(?:true|1|yes)\b", "fp32"),
+               (r"grad[-_]reduce[-_]in[-_]bf16\s*[:=]\s*(?:false|0|no)\b", "fp32"),
+               (r"--no-grad[-_]reduce[-_]in[-_]bf16", "fp32"),
+               (r"grad[-_]reduce[-_]in[-_]bf16", "bf16"),
+               (r"accumulate[-_]allreduce[-_]grads[-_]in[-_]fp32", "fp32")]
+
+
 def map_grad_dtype(text: str) -> str | None:
-    """The gradient buffer's dtype (WorkloadSpec.grad_dtype): "bf16", "--grad-reduce-in-bf16",
-    "grad_reduce_in_fp32=False" -> bf16; "fp32", "grad_reduce_in_fp32: True",
-    "--accumulate-allreduce-grads-in-fp32" -> fp32."""
-    return _first_rule([(r"grad_reduce_in_fp32\s*[:=]\s*false|grad[-_ ]reduce[-_ ]in[-_ ]bf16|bf16|bfloat16", "bf16"),
-                        (r"grad_reduce_in_fp32\s*[:=]\s*true|accumulate[-_ ]allreduce[-_ ]grads[-_ ]in[-_ ]fp32|fp32|float32",
-                         "fp32")], text)
+    """The gradient buffer's dtype (WorkloadSpec.grad_dtype). The frameworks' flags first:
+    "--grad-reduce-in-bf16", "grad_reduce_in_fp32=False" (or 0, no) -> bf16; "grad_reduce_in_fp32:
+    True" (or 1, yes), "--no-grad-reduce-in-bf16", "--accumulate-allreduce-grads-in-fp32" -> fp32.
+    Else a dtype word: "bf16"/"bfloat16" -> bf16, "fp32"/"float32" -> fp32; a cell naming both
+    ("fp32 accumulation, bf16 reduce", "bf16 params, fp32 grads") is ambiguous: None (the row is
+    skipped with the reason)."""
+    t = (text or "").lower().strip()
+    for pat, name in _GRAD_FLAGS:
+        if re.search(pat, t):
+            return name
+    bf16, fp32 = re.search(r"bf16|bfloat16", t), re.search(r"fp32|float32", t)
+    if bf16 and fp32:
+        return None
+    return "bf16" if bf16 else "fp32" if fp32 else None
 
 
 def map_convention(text: str) -> str | None:

@@ -151,10 +151,12 @@ MoE rows' median in-sample 22.7% fitted, 15.0% held) and gave wrong hardware fig
 
 STRAGGLER = {"straggler_jitter": 0.01}
 """Relative standard deviation of a GPU's step time (``stragglers.py``), held fixed, not fitted.
-Sinha et al. (SC'22, 'Not All GPUs Are Created Equal') measured an 8% average performance
-variation (slowest against fastest, outliers aside) among GPUs of one SKU in each of five large
-clusters; the range of N >= 1,000 normal draws spans about 6.5-7.8 standard deviations, so
-about 1%. Left free, the runs' fit drove it to 5.8%, with every framework factor up by a
+Sinha et al. ('Not All GPUs Are Created Equal', arXiv:2208.11035v3) measured an 8% (max 22%)
+average performance variation among GPUs of one SKU in each of five large HPC clusters (V100 and
+MI60 GPUs; outliers, up to 1.5x slower than the median, set aside); the range of N >= 1,000
+normal draws spans about 6.5-7.8 standard deviations, so about 1%. A lower-end reading: their
+SC'22 proceedings abstract (four clusters) reports 32% average variation, and the outliers they
+set aside are exactly the slowest ranks a synchronous step waits for. Left free, the runs' fit drove it to 5.8%, with every framework factor up by a
 sixth (Megatron-Core 0.96 of its kernels): the held-out small-scale rows (Qi et al., 8-32
 GPUs) then came out 14% fast and the held-out median rose from 9.0% to 10.6%."""
 

@@ -3,6 +3,7 @@ and the hardware a row states (HBM size and bandwidth, NIC speed) on top of its 
 from __future__ import annotations
 
 import math
+import re
 
 from ..specs.presets import load_preset
 from ..specs.workload import default_pipeline_layout
@@ -96,7 +97,8 @@ def _grad_dtype(row: dict) -> str:
     """``grad_dtype`` as stated (bf16 or fp32, or the frameworks' flags); empty: fp32 (Megatron's
     default under bf16: --accumulate-allreduce-grads-in-fp32)."""
     return _stated(row, "grad_dtype", map_grad_dtype,
-                   "not bf16 or fp32 (the gradient buffer: --grad-reduce-in-bf16, grad_reduce_in_fp32=False)") or "fp32"
+                   "not one of bf16 or fp32 (the gradient buffer's dtype: --grad-reduce-in-bf16, "
+                   "grad_reduce_in_fp32=False; a cell naming both dtypes is ambiguous)") or "fp32"
 
 
 def _moments(row: dict) -> str:
@@ -120,6 +122,7 @@ def _convention(row: dict, assumed: list, metric: str) -> str:
 
 _YES = ("yes", "true", "on", "1", "enabled", "overlap")
 _NO = ("no", "false", "off", "0", "disabled", "none")
+_NOT_STATED = ("", "n/a", "na", "-", "not stated", "unknown", "?")
 _FLAGS = {
     "tp_comm_overlap": (("--tp-comm-overlap", "tp-comm-overlap", "userbuffers", "ub"),
                         "TP communication overlapped with its GEMMs: --tp-comm-overlap"),
@@ -143,13 +146,16 @@ def _flag(row: dict, assumed: list, column: str, degree: int) -> bool:
     text = _cell(row, column)
     t = text.lower().strip()
     flags, what = _FLAGS[column]
-    if not t:
+    if t in _NOT_STATED:
         if degree > 1:
             assumed.append(f"{column}=no (not stated)")
         return False
+    kv = re.fullmatch(r"(?:--)?([a-z0-9_-]+)\s*[:=]\s*([a-z0-9]+)", t)     # name=value, name: value
+    if kv and kv.group(1).replace("-", "_") == column:
+        t = kv.group(2)
     if t in _YES or t in flags:
         return True
-    if t in _NO:
+    if t in _NO or t in ("--no-" + f.lstrip("-") for f in flags if f.startswith("--")):
         return False
     raise Skip(f"not yes/no ({what})", column, text)
 
