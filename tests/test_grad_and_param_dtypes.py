@@ -25,9 +25,9 @@ def test_state_bytes():
     assert precision_bytes("bf16", fp8_params=True)[1] == 2.0          # fp8 weights need fp8 training
     w = _scen("workload.precision=fp8", "workload.grad_dtype=bf16", "workload.fp8_param_gather=true").workload
     # the weight copy is written at 1 B; the bf16 gradient is cast to fp32 before the step: no saving
-    assert adam_traffic_bytes(w, "fp8", precision_bytes("fp8", "fp32", "bf16", True)) \
+    assert adam_traffic_bytes(w, precision_bytes("fp8", "fp32", "bf16", True)) \
         == C.ADAM_STEP_TRAFFIC_BYTES_PER_PARAM - 1.0
-    assert adam_traffic_bytes(w, "fp8", precision_bytes("fp8", "fp32", "bf16", False)) \
+    assert adam_traffic_bytes(w, precision_bytes("fp8", "fp32", "bf16", False)) \
         == C.ADAM_STEP_TRAFFIC_BYTES_PER_PARAM
 
 

@@ -297,8 +297,9 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
     t_opt = memory_bound_time_s(owned * k.adam_traffic_bytes, k.hbm_Bps)
 
     # the step waits for its slowest rank (stragglers.py)
-    straggler = (T_pipe + dp_exposed + t_opt) * (straggler_scale(k.n_gpus, p.straggler_jitter) - 1.0)
-    iteration = T_pipe + dp_exposed + t_opt + straggler
+    base = T_pipe + dp_exposed + t_opt
+    straggler = base * (straggler_scale(k.n_gpus, p.straggler_jitter) - 1.0)
+    iteration = base + straggler
 
     # ---- memory per GPU (bottleneck rank; memory.memory_per_gpu) ----
     infl_mem = in_flight_microbatches(sc, pp, v, m_busiest, xp) if types else infl   # the busiest replica's

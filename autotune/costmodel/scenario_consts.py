@@ -99,7 +99,7 @@ def precision_bytes(precision: str, moments: str = "fp32", grad_dtype: str = "fp
     return C.ACTIVATION_BYTES, weight, grad, C.OPTIMIZER_BYTES_PER_PARAM - saved
 
 
-def adam_traffic_bytes(w, precision: str, state_bytes) -> float:
+def adam_traffic_bytes(w, state_bytes) -> float:
     """HBM bytes of one fused Adam step per owned parameter: ``constants.ADAM_STEP_TRAFFIC_BYTES_PER_PARAM``
     (fp32 m, v, master and gradient read, m, v and master written, a bf16 weight copy written),
     less what bf16 moments and fp8 working weights do not move (the weight copy written at 1 B).
@@ -107,7 +107,7 @@ def adam_traffic_bytes(w, precision: str, state_bytes) -> float:
     fp32 main gradient before the step (``shard_main_param.grad = shard_model_grad.float()``)."""
     _, weight, _, _ = state_bytes
     saved = C.ADAM_BF16_MOMENTS_TRAFFIC_SAVED_BYTES_PER_PARAM if w.optimizer_moments == "bf16" else 0.0
-    if precision != "fp32":
+    if w.precision != "fp32":
         saved += C.WEIGHT_BYTES_PER_PARAM - weight
     return C.ADAM_STEP_TRAFFIC_BYTES_PER_PARAM - saved
 
@@ -211,7 +211,7 @@ def _compute_consts(scenario: Scenario, params: CostParams) -> ScenarioConsts:
         ep_dedup=scenario.workload.ep_token_dedup,
         compute_scale=1.0 / framework_efficiency(params, scenario.workload.framework),
         **dict(zip(("wire_bytes", "weight_bytes", "grad_bytes", "optimizer_bytes"), state_bytes)),
-        adam_traffic_bytes=adam_traffic_bytes(scenario.workload, scenario.precision, state_bytes),
+        adam_traffic_bytes=adam_traffic_bytes(scenario.workload, state_bytes),
         fsdp_regather=_REGATHER[scenario.workload.fsdp_regather],
         shard_gradients=scenario.workload.shard_gradients,
         pp_layout=_LAYOUT[scenario.workload.resolved_pipeline_layout], head_layer_equiv=head_layer_equivalents(m),

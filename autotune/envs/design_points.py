@@ -110,7 +110,7 @@ def scenario_features(s: Scenario) -> np.ndarray:
     ], dtype=np.float32)
 
 
-FEATURE_BREAKDOWN_KEYS = BREAKDOWN_KEYS[:8]
+FEATURE_BREAKDOWN_KEYS = tuple(k for k in BREAKDOWN_KEYS if k != "straggler_s")
 """The breakdown terms the policy sees (compute through optimizer): the shipped policy was
 trained on these eight; the straggler wait, added later, scales them all and is left out."""
 
