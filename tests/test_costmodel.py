@@ -130,9 +130,11 @@ def _llama8b_metro(**workload):
 
 def test_fp32_precision_doubles_the_bytes_on_the_wire():
     """precision=fp32 (the CPU reference workload): activations, gathered weights and reduced
-    gradients move 4 bytes per element instead of bf16's 2."""
+    gradients move 4 bytes per element instead of bf16's 2 (a bf16 run that reduces in bf16:
+    Megatron's default reduces its fp32 gradient buffer in fp32, test_grad_reduce_dtype)."""
     c = Config(tp=1, pp=2, dp=128, dp_flavour="ddp", pp_schedule="1f1b", micro_batch=1)
-    bf16, fp32 = evaluate(_llama8b_metro(), c), evaluate(_llama8b_metro(precision="fp32"), c)
+    bf16 = evaluate(_llama8b_metro(grad_reduce_dtype="bf16"), c)
+    fp32 = evaluate(_llama8b_metro(precision="fp32"), c)
     assert fp32.traffic["xb_bytes_per_step"] == pytest.approx(2 * bf16.traffic["xb_bytes_per_step"])
     assert fp32.iteration_time_s > bf16.iteration_time_s          # half the peak, twice the bytes
     assert fp32.memory_per_gpu_bytes > bf16.memory_per_gpu_bytes
@@ -148,7 +150,8 @@ def test_fsdp_regather_policies_order_traffic_and_memory():
     mem = {p: e.memory_per_gpu_bytes for p, e in ev.items()}
     assert xb["every_pass"] > xb["forward"] > xb["never"]
     assert mem["every_pass"] < mem["forward"] < mem["never"]
-    zero1 = evaluate(_llama8b_metro(), c.model_copy(update={"dp_flavour": "zero1"}))
+    # (Megatron reduces ZeRO-1's fp32 buffer in fp32 and its FSDP gradients in bf16: the same dtype here)
+    zero1 = evaluate(_llama8b_metro(grad_reduce_dtype="bf16"), c.model_copy(update={"dp_flavour": "zero1"}))
     assert xb["never"] == pytest.approx(zero1.traffic["xb_bytes_per_step"])
     assert ev["every_pass"].iteration_time_s >= ev["never"].iteration_time_s
 

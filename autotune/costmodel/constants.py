@@ -21,10 +21,11 @@ ADAM_BF16_MOMENTS_SAVED_BYTES_PER_PARAM = 4.0
 ADAM_BF16_MOMENTS_TRAFFIC_SAVED_BYTES_PER_PARAM = 8.0
 """The Adam step reads and writes m and v at 2 B instead of 4: 8 B fewer of its 30 B traffic."""
 
-FP32_BYTES = 4.0                      # one fp32 element (precision=fp32 training)
+FP32_BYTES = 4.0                      # one fp32 element (precision=fp32 training; gradients reduced in
+                                      # fp32: WorkloadSpec.resolved_grad_reduce_dtype)
 ACTIVATION_BYTES = 2.0                # bf16 on the wire: activations (TP, CP, PP, EP), gradients reduced
-                                      # (Megatron --grad-reduce-in-bf16, FSDP2 mixed precision) and
-                                      # parameters all-gathered (ZeRO-1/FSDP)
+                                      # in bf16 (Megatron --grad-reduce-in-bf16, FSDP1's bfSixteen,
+                                      # DeepSpeed) and bf16 parameters all-gathered (ZeRO-1/FSDP)
 LOGITS_BYTES = 8.0
 """Bytes per logit (token x vocab / tp) at the loss: the fp32 logits (4 B) and their fp32
 gradient (4 B) are live together when backward starts (an unfused cross-entropy; Megatron's

@@ -186,34 +186,39 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
     n_in_d, n_in_e = n_d / b_dp, n_e / x_exp
     is_fsdp, is_hsdp = fl == F_FSDP, fl == F_HSDP
     dp_groups = dp_comm_groups(k, p, batch, xp, t, lay)
-    ar, xar, rs, xrs, rs_in, hs_x, hxs, calls_d = sum_groups(dp_groups)
+    ar, xar, rs, xrs, ag, xag, rs_in, ag_in, hs_x, hxs, calls_d = sum_groups(dp_groups)
 
-    # FSDP/HSDP shard-group collectives (parameters and gradients move the same bytes), by the
-    # workload's regather policy (WorkloadSpec.fsdp_regather):
+    # FSDP/HSDP shard-group collectives (parameter all-gathers at the weights' bytes, gradient
+    # reduce-scatters at the reduction's: terms.dp_comm_groups), by the workload's regather policy
+    # (WorkloadSpec.fsdp_regather):
     #   every_pass (ZeRO-3): per micro-batch, all-gather before forward, all-gather before
     #     backward, reduce-scatter after it;
     #   forward (FSDP2 under torch pipelining): per micro-batch an all-gather of the layers before
     #     forward (the root module, embedding and head, is not resharded after forward: FSDP2's
     #     fully_shard); once per step the backward all-gather and the reduce-scatter;
     #   never (torchtitan under PP): once per step, one all-gather and one reduce-scatter.
-    # The policy is one per scenario, so it is decided once here (no per-row select); fsdp_colls
-    # counts the shard-group collectives per step for the cross-building bytes below.
-    shard_coll = xp.where(is_fsdp, rs, xp.where(is_hsdp, rs_in, 0.0))
+    # The policy is one per scenario, so it is decided once here (no per-row select); pass_gathers
+    # and pass_reduces count the shard-group collectives per step that run with the micro-batches,
+    # fsdp_gathers and fsdp_reduces all of them (the cross-building bytes below).
+    shard_rs = xp.where(is_fsdp, rs, xp.where(is_hsdp, rs_in, 0.0))
+    shard_ag = xp.where(is_fsdp, ag, xp.where(is_hsdp, ag_in, 0.0))
     rg = k.fsdp_regather
     if rg == FSDP_EVERY_PASS:
-        gather_f_mb, gather_b_mb, shard_step, fsdp_colls = shard_coll, 2 * shard_coll, 0.0, 3 * m
-        pass_colls = fsdp_colls
+        gather_f_mb, gather_b_mb, step_rs, step_ag = shard_ag, shard_ag + shard_rs, 0.0, 0.0
+        pass_gathers, pass_reduces = 2 * m, m
     elif rg == FSDP_FORWARD:
         P_root = k.vocab * k.h / tp * xp.where(lay.head_on_first, 2.0, 1.0)
         layer_share = (P_dense + P_exp - P_root) / (P_dense + P_exp)   # bytes share; latency terms approximated
-        gather_f_mb, gather_b_mb = layer_share * shard_coll, 0.0
-        shard_step, fsdp_colls = shard_coll, m * layer_share + 2
-        pass_colls = m * layer_share
+        gather_f_mb, gather_b_mb = layer_share * shard_ag, 0.0
+        step_rs, step_ag = shard_rs, shard_ag
+        pass_gathers, pass_reduces = m * layer_share, 0.0
     else:
-        gather_f_mb, gather_b_mb, shard_step, fsdp_colls = 0.0, 0.0, shard_coll, 2.0
-        pass_colls = 0.0
-    per_step_grad = xp.select([fl == F_DDP, fl == F_ZERO1, is_hsdp], [ar, rs, hs_x], 0.0) + shard_step
-    per_step_param = xp.where(fl == F_ZERO1, rs, 0.0) + shard_step
+        gather_f_mb, gather_b_mb, step_rs, step_ag = 0.0, 0.0, shard_rs, shard_ag
+        pass_gathers, pass_reduces = 0.0, 0.0
+    step_colls = 0.0 if rg == FSDP_EVERY_PASS else 1.0     # the per-step all-gather and reduce-scatter each
+    fsdp_gathers, fsdp_reduces = pass_gathers + step_colls, pass_reduces + step_colls
+    per_step_grad = xp.select([fl == F_DDP, fl == F_ZERO1, is_hsdp], [ar, rs, hs_x], 0.0) + step_rs
+    per_step_param = xp.where(fl == F_ZERO1, ag, 0.0) + step_ag
 
     # ---- pipeline point-to-point ----
     s_pp = tok * k.h * k.wire_bytes / tp
@@ -328,7 +333,8 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
     pp_latency = waiting * (cycle - T_pace) + 2 * D_chain
 
     # ---- bytes per GPU per step on each tier ----
-    xb_dp = xp.select([fl == F_DDP, fl == F_ZERO1, is_fsdp, is_hsdp], [xar, 2 * xrs, fsdp_colls * xrs, hxs], 0.0)
+    xb_dp = xp.select([fl == F_DDP, fl == F_ZERO1, is_fsdp, is_hsdp],
+                      [xar, xrs + xag, fsdp_gathers * xag + fsdp_reduces * xrs, hxs], 0.0)
     # each crossing hop carries s_pp from every GPU of the sending stage (N/pp GPUs), both ways
     xb_pp = xp.where(has_pp, 2 * m * xhops * s_pp / pp, 0.0)
     xb_ep = xp.where(x_ep > 1, m * Ls_moe * ep_passes * (B - 1) / B * a2a_bytes, 0.0)
@@ -340,10 +346,12 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
             "ep_in": ep_in, "x_ep": x_ep, "nvlink_bytes": nvlink_bytes, "kv_bytes": kv_bytes, "bw_cp": bw_cp,
             "a_cp": a_cp, "a2a_bytes": a2a_bytes, "t_a2a": t_a2a, "ep_passes": ep_passes, "m_ep": m_ep, "ep_nic": ep_nic, "xb_cp": xb_cp, "xb_ep": xb_ep, "xb_pp": xb_pp,
             "stage_gpus": stage_gpus, "b_pp": b_pp, "hops": hops, "xhops": xhops, "s_pp": s_pp, "msgs": msgs,
-            "t_p2p_x": t_p2p_x, "t_p2p_in": t_p2p_in, "dp_groups": dp_groups, "fl": fl, "fsdp_colls": fsdp_colls,
+            "t_p2p_x": t_p2p_x, "t_p2p_in": t_p2p_in, "dp_groups": dp_groups, "fl": fl,
+            "fsdp_gathers": fsdp_gathers, "fsdp_reduces": fsdp_reduces,
             "P_dense": P_dense, "P_exp": P_exp, "n_in_d": n_in_d, "n_in_e": n_in_e, "b_dp": b_dp, "x_exp": x_exp,
             "tp_s": m * (tp_f + tp_b), "tp_link_s": m * (tp_f_link + tp_b_link), "cp_s": m * (cp_f + cp_b), "ep_s": m * (ep_f + ep_b),
-            "pp_s": p2p_part + pp_latency, "dp_step_s": dp_exposed, "dp_pass_s": fsdp_part, "pass_colls": pass_colls}
+            "pp_s": p2p_part + pp_latency, "dp_step_s": dp_exposed, "dp_pass_s": fsdp_part,
+            "pass_gathers": pass_gathers, "pass_reduces": pass_reduces}
     return {
         "iteration_time_s": iteration,
         "tokens_per_s": tokens_step / iteration,

@@ -47,8 +47,11 @@ class ScenarioConsts:
     ep_overlap: bool             # WorkloadSpec.ep_comm_overlap
     ep_dedup: bool               # WorkloadSpec.ep_token_dedup
     compute_scale: float         # 1 / framework_efficiency of the workload's framework class
-    wire_bytes: float            # bytes per element of activations, gathered weights, reduced gradients
+    wire_bytes: float            # bytes per element of activations (TP, CP, EP, PP messages)
     weight_bytes: float; grad_bytes: float; optimizer_bytes: float   # resident, per parameter
+    reduce_bytes: float          # per gradient element on DDP / ZeRO-1 reductions (WorkloadSpec.resolved_grad_reduce_dtype)
+    fsdp_reduce_bytes: float     # on FSDP / HSDP reductions (resolved_fsdp_grad_reduce_dtype); DP all-gathers
+                                 # move weight_bytes a parameter
     fsdp_regather: int           # FSDP_EVERY_PASS, FSDP_FORWARD or FSDP_NEVER
     shard_gradients: bool        # WorkloadSpec.shard_gradients (ZeRO-2 under the zero1 flavour)
     pp_layout: int               # LAYOUT_EVEN, LAYOUT_ENDS or LAYOUT_BALANCED (WorkloadSpec.pipeline_layout)
@@ -212,6 +215,9 @@ def _compute_consts(scenario: Scenario, params: CostParams) -> ScenarioConsts:
         compute_scale=1.0 / framework_efficiency(params, scenario.workload.framework),
         **dict(zip(("wire_bytes", "weight_bytes", "grad_bytes", "optimizer_bytes"), state_bytes)),
         adam_traffic_bytes=adam_traffic_bytes(scenario.workload, state_bytes),
+        reduce_bytes=C.FP32_BYTES if scenario.workload.resolved_grad_reduce_dtype == "fp32" else C.ACTIVATION_BYTES,
+        fsdp_reduce_bytes=C.FP32_BYTES if scenario.workload.resolved_fsdp_grad_reduce_dtype == "fp32"
+        else C.ACTIVATION_BYTES,
         fsdp_regather=_REGATHER[scenario.workload.fsdp_regather],
         shard_gradients=scenario.workload.shard_gradients,
         pp_layout=_LAYOUT[scenario.workload.resolved_pipeline_layout], head_layer_equiv=head_layer_equivalents(m),

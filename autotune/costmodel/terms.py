@@ -235,11 +235,14 @@ def layout(k: ScenarioConsts, batch, xp) -> Layout:
 class DPComm(NamedTuple):
     """Data-parallel collectives per step, before exposure (seconds and cross-building bytes per
     GPU), summed over the dense and the expert groups."""
-    ar: object      # DDP all-reduce time
+    ar: object      # DDP all-reduce time (gradients, at reduce_bytes)
     xar: object     # its cross-building bytes
-    rs: object      # ZeRO-1 / FSDP reduce-scatter time (an all-gather costs the same)
+    rs: object      # ZeRO-1 / FSDP reduce-scatter time (gradients, at reduce_bytes)
     xrs: object     # its cross-building bytes
+    ag: object      # ZeRO-1 / FSDP all-gather time (parameters, at weight_bytes)
+    xag: object     # its cross-building bytes
     rs_in: object   # HSDP reduce-scatter inside the replica
+    ag_in: object   # HSDP all-gather inside the replica
     hs_x: object    # HSDP all-reduce of the shard across replicas
     hxs: object     # its cross-building bytes
     calls: object   # collectives per step (buckets or FSDP units)
@@ -250,7 +253,10 @@ def dp_comm_groups(k: ScenarioConsts, p: CostParams, batch, xp, t: Transport | N
     """The data-parallel term, one DPComm per group: (dense,) or (dense, expert). Collectives per step: DDP / ZeRO-1 reduce per gradient bucket
     (dp_bucket_mib); FSDP / HSDP gather and reduce per unit (workload.fsdp_unit_layers layers).
     Each call pays its own start-up, ring steps and window; the bytes split evenly over the
-    calls. Parameters are gathered and gradients reduced in the wire precision (same bytes).
+    calls (the bucket count is the wire precision's: Megatron sizes buckets in parameters).
+    Gradients are reduced at ``k.reduce_bytes`` an element (fp32 under Megatron's default;
+    ``k.fsdp_reduce_bytes`` for FSDP and HSDP), the parameters gathered at ``k.weight_bytes`` (WorkloadSpec.grad_reduce_dtype, fp8_param_gather);
+    where the two differ the gathers are a second collective on the rows that gather.
     ``t``, ``lay``: the rows' ``Transport`` and ``layout`` where the caller has them already."""
     f = xp.asfloat
     tp, cp, ep, dp = (f(batch[x]) for x in ("tp", "cp", "ep", "dp"))
@@ -274,7 +280,7 @@ def dp_comm_groups(k: ScenarioConsts, p: CostParams, batch, xp, t: Transport | N
     is_ddp, is_fsdp, is_hsdp = fl == F_DDP, fl == F_FSDP, fl == F_HSDP
     units = xp.ceil(Ls / k.fsdp_unit_layers)
 
-    def group(g, n_in, n_x, stride):
+    def group(P, n_in, n_x, stride):
         """One group's collectives per step: DDP all-reduce; ZeRO-1 and FSDP reduce-scatter;
         HSDP reduce-scatter inside and all-reduce of the shard across; one ``collective`` call
         for the first collective of every row, one for HSDP's second. Members ``stride`` GPUs
@@ -283,13 +289,26 @@ def dp_comm_groups(k: ScenarioConsts, p: CostParams, batch, xp, t: Transport | N
         bw_in, a_in = ring_tier_of_span(k, stride, n_in, xp)
         bw_ring = t.goodput(k.G_b / n_in, ch, ch * buf)
         pat_ok = xp.where(stride >= k.node, 1.0, 0.0)
-        nb = xp.maximum(1.0, xp.ceil(g / bucket))
+        nb = xp.maximum(1.0, xp.ceil(P * k.wire_bytes / bucket))
         calls = xp.where(is_fsdp | is_hsdp, units, nb)
-        c = g / calls
+        rb = k.reduce_bytes if k.fsdp_reduce_bytes == k.reduce_bytes else \
+            xp.where(is_fsdp | is_hsdp, k.fsdp_reduce_bytes, k.reduce_bytes)
+        c = P * rb / calls
         kind = xp.where(is_ddp, float(KIND_AR), float(KIND_AG))
+        n_x1 = xp.where(is_hsdp, 1.0, n_x)
 
-        t1, x1 = collective(kind, coll, proto, c, n_in, xp.where(is_hsdp, 1.0, n_x), bw_in, a_in, bw_ring, bw_x_all,
+        t1, x1 = collective(kind, coll, proto, c, n_in, n_x1, bw_in, a_in, bw_ring, bw_x_all,
                             ax_all, ch, buf, k.ll128, xp, p.nccl_overhead_scale, ax_all, pat_ok)
+        if k.reduce_bytes == k.weight_bytes == k.fsdp_reduce_bytes:
+            t_ag, x_ag = t1, x1
+        else:       # the parameters' all-gathers move other bytes: priced apart, where a row gathers
+            def gather(size, ni, nx, bwi, ai, bwr, cl, pr, chn, bf, bwxa, axa, pok):
+                return collective(KIND_AG, cl, pr, size, ni, nx, bwi, ai, bwr, bwxa, axa, chn, bf, k.ll128, xp,
+                                  p.nccl_overhead_scale, axa, pok)
+            apart = xp.logical_not(is_ddp) & (rb != k.weight_bytes)
+            t_g, x_g = xp.on_rows(apart, gather, P * k.weight_bytes / calls, n_in, n_x1, bw_in,
+                                  a_in, bw_ring, coll, proto, ch, buf, bw_x_all, ax_all, pat_ok)
+            t_ag, x_ag = xp.where(apart, t_g, t1), xp.where(apart, x_g, x1)
 
         def across(cl, size, ni, nx, bwi, ai, bwxa, al, pr, chn, bf, axa, pok):
             tt, x = collective(KIND_AR, al, pr, size / ni, xp.full_like(ni, 1.0), nx, bwi, ai, bwxa, bwxa, axa,
@@ -297,17 +316,19 @@ def dp_comm_groups(k: ScenarioConsts, p: CostParams, batch, xp, t: Transport | N
             return cl * tt, cl * x
         hs_x_, hxs_ = xp.on_rows(is_hsdp, across, calls, c, n_in, n_x, bw_in, a_in, bw_x_all, coll, proto, ch, buf,
                                  ax_all, pat_ok)
-        t1, x1 = calls * t1, calls * x1
+        t1, x1, t_ag, x_ag = calls * t1, calls * x1, calls * t_ag, calls * x_ag
         is_shard = (fl == F_ZERO1) | is_fsdp
         return DPComm(xp.where(is_ddp, t1, 0.0), xp.where(is_ddp, x1, 0.0), xp.where(is_shard, t1, 0.0),
-                      xp.where(is_shard, x1, 0.0), xp.where(is_hsdp, t1, 0.0), hs_x_, hxs_, calls)
+                      xp.where(is_shard, x1, 0.0), xp.where(is_shard, t_ag, 0.0), xp.where(is_shard, x_ag, 0.0),
+                      xp.where(is_hsdp, t1, 0.0), xp.where(is_hsdp, t_ag, 0.0), hs_x_, hxs_, calls)
 
-    parts = [group(P_dense * k.wire_bytes, n_in_d, b_dp, tp)]
+    parts = [group(P_dense, n_in_d, b_dp, tp)]
     if k.experts:
-        parts.append(group(P_exp * k.wire_bytes, n_in_e, x_exp, et * ep))
+        parts.append(group(P_exp, n_in_e, x_exp, et * ep))
     if p.dp_collective_scale != 1.0:                     # 0 must give 0 even where a time is infinite
         s = p.dp_collective_scale
-        parts = [g._replace(**{n: xp.where(s == 0.0, 0.0, getattr(g, n) * s) for n in ("ar", "rs", "rs_in", "hs_x")})
+        parts = [g._replace(**{n: xp.where(s == 0.0, 0.0, getattr(g, n) * s) for n in ("ar", "rs", "ag", "rs_in",
+                                                                                         "ag_in", "hs_x")})
                  for g in parts]
     return tuple(parts)
 

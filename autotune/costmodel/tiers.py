@@ -115,27 +115,33 @@ def accounting(k, a: dict, xp) -> dict:
 
 def _dp_group(k, a, g: int, xp) -> dict:
     """One DP group's bytes and link time per tier. Per step a DDP all-reduce; ZeRO-1 a
-    reduce-scatter and an all-gather; FSDP ``fsdp_colls`` gathers / reduce-scatters over the whole
-    group; HSDP those inside the replica plus an all-reduce of the shard across it. Bus bytes of a
-    ring over n members: (n - 1) / n of the buffer per gather or reduce-scatter, twice per
-    all-reduce; the cross-building share is the model's own (``xb_dp``), the rest stays inside."""
+    reduce-scatter and an all-gather; FSDP ``fsdp_gathers`` all-gathers and ``fsdp_reduces``
+    reduce-scatters over the whole group (``pass_*`` of them with the micro-batches); HSDP those
+    inside the replica plus an all-reduce of the shard across it. Gradients move at
+    ``k.reduce_bytes`` an element (``k.fsdp_reduce_bytes`` under FSDP and HSDP), parameters at
+    ``k.weight_bytes``. Bus bytes of a ring over n
+    members: (n - 1) / n of the buffer per gather or reduce-scatter, twice per all-reduce; the
+    cross-building share is the model's own (``xb_dp``), the rest stays inside."""
     from .terms import F_DDP, F_FSDP, F_HSDP, F_ZERO1
     d = a["dp_groups"][g]
-    fl, colls = a["fl"], a["fsdp_colls"]
-    S = (a["P_dense"] if g == 0 else a["P_exp"]) * k.wire_bytes
+    fl, gathers, reduces = a["fl"], a["fsdp_gathers"], a["fsdp_reduces"]
+    P = a["P_dense"] if g == 0 else a["P_exp"]
+    S_r = P * xp.where((fl == F_FSDP) | (fl == F_HSDP), k.fsdp_reduce_bytes, k.reduce_bytes)
+    S_w = P * k.weight_bytes
     n_in, n_x = (a["n_in_d"], a["b_dp"]) if g == 0 else (a["n_in_e"], a["x_exp"])
     stride = a["tp"] if g == 0 else a["et"] * a["ep"]
     n = n_in * n_x
     frac, frac_in = (n - 1.0) / xp.maximum(n, 1.0), (n_in - 1.0) / xp.maximum(n_in, 1.0)
-    is_hsdp = fl == F_HSDP
-    vol = xp.select([fl == F_DDP, fl == F_ZERO1, fl == F_FSDP, is_hsdp],
-                    [2.0 * frac * S, 2.0 * frac * S, colls * frac * S,
-                     colls * frac_in * S + 2.0 * (n_x - 1.0) / n_x * S / xp.maximum(n_in, 1.0)], 0.0)
-    xb = xp.select([fl == F_DDP, fl == F_ZERO1, fl == F_FSDP, is_hsdp], [d.xar, 2.0 * d.xrs, colls * d.xrs, d.hxs], 0.0)
-    pass_colls = a["pass_colls"]                  # FSDP / HSDP shard-group collectives per micro-batch pass
-    step_colls = colls - pass_colls
-    is_fsdp = fl == F_FSDP
-    step = xp.select([fl == F_DDP, fl == F_ZERO1, is_fsdp], [d.ar, 2.0 * d.rs, step_colls * d.rs], 0.0)
+    is_hsdp, is_fsdp = fl == F_HSDP, fl == F_FSDP
+    vol = xp.select([fl == F_DDP, fl == F_ZERO1, is_fsdp, is_hsdp],
+                    [2.0 * frac * S_r, frac * (S_r + S_w), frac * (gathers * S_w + reduces * S_r),
+                     frac_in * (gathers * S_w + reduces * S_r) + 2.0 * (n_x - 1.0) / n_x * S_r / xp.maximum(n_in, 1.0)],
+                    0.0)
+    xb = xp.select([fl == F_DDP, fl == F_ZERO1, is_fsdp, is_hsdp],
+                   [d.xar, d.xrs + d.xag, gathers * d.xag + reduces * d.xrs, d.hxs], 0.0)
+    pg, pr = a["pass_gathers"], a["pass_reduces"]     # FSDP / HSDP shard-group collectives with the micro-batches
+    sg, sr = gathers - pg, reduces - pr
+    step = xp.select([fl == F_DDP, fl == F_ZERO1, is_fsdp], [d.ar, d.rs + d.ag, sg * d.ag + sr * d.rs], 0.0)
     in_code = in_building_tier(k, stride * n_in, xp)
     x_code = float(TIERS.index(k.x_tier_name))
     whole = xp.where(n_x > 1, x_code, in_code)    # one collective over the whole group: its slowest tier
@@ -144,10 +150,10 @@ def _dp_group(k, a, g: int, xp) -> dict:
     inside = xp.maximum(vol - xb, 0.0)
     nic = xp.where(in_code == T_SCALE_OUT, 1.0 / members_per_node(k, stride, n_in, xp), 1.0)
     return {"bytes": [(in_code, nic * inside), (T_NVLINK, (1.0 - nic) * inside), (x_code, xb)],
-            "time": [(whole, "step", step), (whole, "pass", xp.where(is_fsdp, pass_colls * d.rs, 0.0)),
-                     (in_code, "step", xp.where(is_hsdp, step_colls * d.rs_in, 0.0)),
+            "time": [(whole, "step", step), (whole, "pass", xp.where(is_fsdp, pg * d.ag + pr * d.rs, 0.0)),
+                     (in_code, "step", xp.where(is_hsdp, sg * d.ag_in + sr * d.rs_in, 0.0)),
                      (x_code, "step", xp.where(is_hsdp, d.hs_x, 0.0)),
-                     (in_code, "pass", xp.where(is_hsdp, pass_colls * d.rs_in, 0.0))]}
+                     (in_code, "pass", xp.where(is_hsdp, pg * d.ag_in + pr * d.rs_in, 0.0))]}
 
 
 def nested(out: dict) -> dict:

@@ -77,7 +77,7 @@ class Scenario(BaseModel):
                                             ("optimizer_post_validation", False), ("pipeline_layout", None),
                                             ("recompute_modules", ("core_attn",)), ("optimizer_moments", "fp32"),
                                             ("shard_gradients", False), ("grad_dtype", "fp32"),
-                                            ("fp8_param_gather", False))
+                                            ("fp8_param_gather", False), ("grad_reduce_dtype", None))
                  if getattr(w, name) == default}
         return hashlib.sha256(self.model_dump_json(exclude={"workload": later} if later else None)
                               .encode()).hexdigest()[:16]

@@ -14,6 +14,18 @@ than torchtitan (whose ``generate_llm_fqn_per_model_part`` counts the embedding 
 layer each: ends), so it keeps even unless ``pipeline_layout`` says otherwise."""
 
 
+FRAMEWORK_GRAD_REDUCE = {"megatron": "buffer", "nanotron": "buffer", "pytorch": "fp32"}
+"""Each framework class's gradient-reduction dtype where it is not the 16-bit working dtype
+(``WorkloadSpec.resolved_grad_reduce_dtype``): buffer = the gradient buffer's dtype (grad_dtype).
+Megatron: arguments.py turns --accumulate-allreduce-grads-in-fp32 on for bf16 ('bfloat16 requires
+gradient accumulation and all-reduce to be done in fp32') unless --grad-reduce-in-bf16; nanotron:
+its fp32 accumulation hook (``get_fp32_accum_hook``) reduce-scatters / all-reduces the fp32
+buffers; pytorch: torchtitan's FSDP2 MixedPrecisionPolicy reduces in float32
+(mixed_precision_reduce), torch DDP under autocast holds fp32 gradients. DeepSpeed reduces in the
+training dtype (communication_data_type's default), and JAX and the others are read the same
+way (not established: MaxText's float32 weights may reduce in fp32)."""
+
+
 RECOMPUTE_MODULES = ("core_attn", "layernorm", "mla_up_proj", "mlp", "moe_act", "shared_experts", "moe")
 """Megatron-Core's ``--recompute-modules`` (transformer_config.py) that the model prices: what
 ``recompute = selective`` re-runs in the backward. core_attn alone is Korthikanti et al. 2022's
@@ -85,13 +97,24 @@ class WorkloadSpec(BaseModel):
         default="fp32", description="dtype of the gradient buffer the backward accumulates into: fp32 (4 B a "
         "parameter; Megatron's default under bf16, --accumulate-allreduce-grads-in-fp32) or bf16 (2 B; "
         "Megatron's --grad-reduce-in-bf16, NeMo's performance recipes' grad_reduce_in_fp32=False); mixed "
-        "precision only. The model moves gradients over the data-parallel collectives at the wire precision "
-        "(bf16) either way: Megatron's fp32 buffer also reduces in fp32, which the model does not yet charge")
+        "precision only. Under Megatron and nanotron the data-parallel reduction runs on this buffer "
+        "(grad_reduce_dtype)")
+    grad_reduce_dtype: Literal["fp32", "bf16"] | None = Field(
+        default=None, description="dtype the data-parallel collectives reduce gradients in (all-reduce, "
+        "reduce-scatter); bf16 stands for the 16-bit working dtype (fp16 under fp16). Parameter all-gathers "
+        "move the working weights (2 B, 1 B with fp8_param_gather). Default (None): the framework class's "
+        "own (FRAMEWORK_GRAD_REDUCE): Megatron and nanotron reduce their gradient buffer (grad_dtype; "
+        "Megatron's arguments.py: 'bfloat16 requires gradient accumulation and all-reduce to be done in "
+        "fp32', fp16 runs reduce in fp16; Megatron's FSDP paths reduce the bf16 parameters' gradients in "
+        "bf16; nanotron's fp32 accumulation hook reduce-scatters the fp32 buffer), pytorch reduces in fp32 (torchtitan's FSDP2 mixed_precision_reduce, torch DDP under "
+        "autocast), DeepSpeed, JAX and others in the working dtype (DeepSpeed's communication_data_type "
+        "follows the training dtype). FSDP1 recipes with reduce_dtype=bfloat16 (Composer's PURE, "
+        "MixedPrecision(bfSixteen)) state bf16. fp32 training reduces in fp32 whatever is set")
     fp8_param_gather: bool = Field(
         default=False, description="fp8 training keeps the model's working weights in fp8 (1 B a parameter "
         "instead of 2; the fp32 master stays with the optimizer) and gathers them in fp8 (Megatron-Core's "
-        "--fp8-param-gather, NeMo's fp8 recipes); precision fp8 only. Priced in memory; the parameter "
-        "all-gathers stay at the wire precision in the model")
+        "--fp8-param-gather, NeMo's fp8 recipes); precision fp8 only: 1 B in memory and on the "
+        "data-parallel all-gathers")
     activation_memory: Literal["fused", "eager"] = Field(
         default="fused", description="which tensors the backward keeps: fused = Megatron-Core / "
         "TransformerEngine kernels (Korthikanti et al. 2022's per-layer bytes); eager = PyTorch eager "
@@ -134,12 +157,43 @@ class WorkloadSpec(BaseModel):
             raise ValueError(f"fp8_param_gather needs precision fp8 (weights kept in fp8), not {precision}")
         return v
 
+    @field_validator("grad_reduce_dtype")
+    @classmethod
+    def _bf16_reduction_needs_mixed_precision(cls, v, info):
+        if v == "bf16" and info.data.get("precision") == "fp32":
+            raise ValueError("grad_reduce_dtype bf16 needs mixed precision (bf16, fp16 or fp8), not fp32 throughout")
+        return v
+
     @field_validator("grad_dtype")
     @classmethod
     def _bf16_grads_need_mixed_precision(cls, v, info):
         if v == "bf16" and info.data.get("precision") == "fp32":
             raise ValueError("grad_dtype bf16 needs mixed precision (bf16, fp16 or fp8), not fp32 throughout")
         return v
+
+    @property
+    def resolved_grad_reduce_dtype(self) -> str:
+        """The DDP and ZeRO-1 flavours' reduction dtype: ``grad_reduce_dtype``, or the framework
+        class's own (``FRAMEWORK_GRAD_REDUCE``); fp32 throughout under fp32 training, and
+        Megatron's fp32 reduction is for bf16 (and fp8) only."""
+        if self.precision == "fp32":
+            return "fp32"
+        if self.grad_reduce_dtype is not None:
+            return self.grad_reduce_dtype
+        rule = FRAMEWORK_GRAD_REDUCE.get(self.framework, "working")
+        if rule == "buffer":
+            return "bf16" if self.precision == "fp16" and self.framework == "megatron" else self.grad_dtype
+        return "fp32" if rule == "fp32" else "bf16"
+
+    @property
+    def resolved_fsdp_grad_reduce_dtype(self) -> str:
+        """The FSDP and HSDP flavours' reduction dtype: as ``resolved_grad_reduce_dtype``, except
+        that Megatron's sharded paths reduce the bf16 gradients of its bf16 parameters (its torch
+        FSDP2 wrapper calls fully_shard without a MixedPrecisionPolicy; Megatron-FSDP's
+        main_grads_dtype defaults to the parameters' dtype)."""
+        if self.framework == "megatron" and self.grad_reduce_dtype is None and self.precision != "fp32":
+            return "bf16"
+        return self.resolved_grad_reduce_dtype
 
     @property
     def resolved_pipeline_layout(self) -> str:

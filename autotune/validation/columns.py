@@ -37,7 +37,7 @@ COLUMNS = ("source", "model_name", "params_b", "n_layers", "hidden", "ffn_hidden
            "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "v_head_dim", "sliding_window",
            "sliding_window_layers", "activation", "framework", "flops_convention", "hbm_gb", "hbm_tbps",
            "nic_gbps", "peak_memory_gb", "pipeline_layout", "recompute_modules", "optimizer_moments",
-           "flash_attention", "grad_dtype", "fp8_param_gather", "notes")
+           "flash_attention", "grad_dtype", "fp8_param_gather", "grad_reduce_dtype", "notes")
 """The columns of published_runs.csv (docs in ``autotune/data/published_runs.README.md``).
 ``source``, ``params_b`` and ``notes`` are informational: ``source`` names the row's source
 family; none of the three is parsed as a number."""
@@ -292,6 +292,23 @@ def map_grad_dtype(text: str) -> str | None:
     if bf16 and fp32:
         return None
     return "bf16" if bf16 else "fp32" if fp32 else None
+
+
+_REDUCE_RULES = [(r"\bpure\b|bfsixteen|reduce_dtype\s*[:=]\s*(?:torch\.)?(?:bfloat16|bf16|float16|fp16)", "bf16"),
+                 (r"\bdefault\b|reduce_dtype\s*[:=]\s*(?:torch\.)?(?:float32|fp32)", "fp32")]
+
+
+def map_grad_reduce_dtype(text: str) -> str | None:
+    """The data-parallel reduction's dtype (WorkloadSpec.grad_reduce_dtype). The frameworks'
+    spellings first: Composer's FSDP mixed_precision "PURE" and FSDP1's "bfSixteen" or
+    "reduce_dtype=torch.bfloat16" -> bf16; Composer's "DEFAULT", "reduce_dtype=float32" -> fp32;
+    then the gradient-buffer spellings (``map_grad_dtype``: Megatron's flags, a dtype word; fp16
+    reads as the 16-bit bf16). A cell naming both dtypes is ambiguous: None."""
+    t = (text or "").lower().strip()
+    for pat, name in _REDUCE_RULES:
+        if re.search(pat, t):
+            return name
+    return map_grad_dtype(re.sub(r"\bfp16\b|\bfloat16\b", "bf16", t))
 
 
 def map_convention(text: str) -> str | None:

@@ -9,7 +9,7 @@ from ..specs.presets import load_preset
 from ..specs.workload import default_pipeline_layout
 from ..costmodel.constants import hbm_bytes_of_nominal_gb
 from .columns import (ALWAYS_RECOMPUTE_SOURCES, ASSUMED_FRAMEWORK, PRE_FLASH_SOURCES, Skip, _cell, gpu_memory_gb,
-                      map_convention, map_flash, map_framework, map_grad_dtype, map_moments, map_pipeline_layout,
+                      map_convention, map_flash, map_framework, map_grad_dtype, map_grad_reduce_dtype, map_moments, map_pipeline_layout,
                       map_recompute_modules)
 
 
@@ -99,6 +99,15 @@ def _grad_dtype(row: dict) -> str:
     return _stated(row, "grad_dtype", map_grad_dtype,
                    "not one of bf16 or fp32 (the gradient buffer's dtype: --grad-reduce-in-bf16, "
                    "grad_reduce_in_fp32=False; a cell naming both dtypes is ambiguous)") or "fp32"
+
+
+def _grad_reduce_dtype(row: dict) -> str | None:
+    """``grad_reduce_dtype`` as stated (bf16 or fp32, or the frameworks' spellings); empty: None,
+    the framework class's own (WorkloadSpec.resolved_grad_reduce_dtype; ``build_case`` names it
+    among the row's assumptions)."""
+    return _stated(row, "grad_reduce_dtype", map_grad_reduce_dtype,
+                   "not one of bf16 or fp32 (the data-parallel reduction's dtype: Composer's PURE / DEFAULT, "
+                   "FSDP's reduce_dtype; a cell naming both dtypes is ambiguous)")
 
 
 def _moments(row: dict) -> str:

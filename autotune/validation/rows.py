@@ -17,7 +17,7 @@ from .columns import (schedule_stated, ALWAYS_RECOMPUTE_SOURCES, ASSUMED_FFN_MUL
                       RECOMPUTE_VALUES, Skip, _cell, _int,
                       _match_flavour, _match_schedule, is_deepspeed_zero3, map_flavour, map_gpu, map_schedule, one_line,
                       source_family)
-from .row_fields import (RACK_SCALE_DOMAIN_GPUS, _convention, _flag, _flash, _grad_dtype, _moments, _pipeline_layout, _recompute_modules, _ep_dedup, _ep_overlap, _float, _framework, _hardware,
+from .row_fields import (RACK_SCALE_DOMAIN_GPUS, _convention, _flag, _flash, _grad_dtype, _grad_reduce_dtype, _moments, _pipeline_layout, _recompute_modules, _ep_dedup, _ep_overlap, _float, _framework, _hardware,
                          _post_validation, _tp_overlap)
 
 @dataclass
@@ -222,6 +222,7 @@ def build_case(i: int, row: dict) -> RunCase:
     modules = _recompute_modules(row, assumed, rec)
     moments = _moments(row)
     grad_dtype = _grad_dtype(row)
+    reduce_dtype = _grad_reduce_dtype(row)
     fp8_params = _flag(row, assumed, "fp8_param_gather", 2 if precision == "fp8" else 1)
     if modules and not rec:
         rec = "selective"
@@ -267,6 +268,7 @@ def build_case(i: int, row: dict) -> RunCase:
                                                            pipeline_layout=layout,
                                                            recompute_modules=modules or ("core_attn",),
                                                            optimizer_moments=moments, grad_dtype=grad_dtype,
+                                                           grad_reduce_dtype=reduce_dtype,
                                                            fp8_param_gather=fp8_params),
                        cluster=cluster)
     except Skip:
@@ -277,6 +279,11 @@ def build_case(i: int, row: dict) -> RunCase:
         assumed.append(f"zero_or_fsdp={flavour} (not stated; {framework}'s default)")
     if dp * cp == 1:
         flavour = "ddp"
+    elif reduce_dtype is None and precision != "fp32":
+        w = scen.workload
+        assumed.append(f"grad_reduce_dtype="
+                       + (w.resolved_fsdp_grad_reduce_dtype if flavour in ("fsdp", "hsdp") else w.resolved_grad_reduce_dtype)
+                       + f" (not stated; the {framework} class's own)")
     if not rec and any(k in (row.get("source") or "").lower() for k in ALWAYS_RECOMPUTE_SOURCES):
         rec = "full"
         assumed.append("recompute=full (the source recomputes in every run)")
