@@ -13,7 +13,7 @@ from .strategies.exhaustive import exhaustive_search
 BENCH_MODEL, BENCH_CLUSTER = "llama3-405b", "campus-5bldg"
 
 
-def run_bench(rows: int = 1 << 18, scalar_samples: int = 2000, repeats: int = 3, seed: int = 0) -> dict:
+def run_bench(rows: int = 1 << 18, scalar_samples: int = 2000, repeats: int = 5, seed: int = 0) -> dict:
     scen = build_scenario(BENCH_MODEL, BENCH_CLUSTER)
     space = SearchSpace(scen)
     batch = space.sample(rows, seed=seed)

@@ -151,9 +151,13 @@ def test_categorical_codes_have_one_typed_home():
         assert all(enum.of(label).label == label for label in enum.labels())
     assert (terms.P_DP_OUT, terms.P_CP_OUT, terms.F_HSDP) == (codes.Placement.DP_OUT, codes.Placement.CP_OUT,
                                                                codes.DPFlavour.HSDP)
-    assert pipeline.S_1F1B is codes.PPSchedule.ONE_F_ONE_B and iteration.R_FULL is codes.Recompute.FULL
-    assert network.LR_SR is codes.LossRecovery.SR and nccl.PROTO_LL128 is codes.Protocol.LL128
-    assert collectives.COLL_HIER is codes.Collective.HIERARCHICAL
+    # the cost model's hot path holds the codes as plain ints taken from the enums (Code.codes():
+    # numpy compares an array with an int directly, with an IntEnum member only after probing its type)
+    hot = [(pipeline.S_1F1B, codes.PPSchedule.ONE_F_ONE_B), (iteration.R_FULL, codes.Recompute.FULL),
+           (network.LR_SR, codes.LossRecovery.SR), (nccl.PROTO_LL128, codes.Protocol.LL128),
+           (collectives.COLL_HIER, codes.Collective.HIERARCHICAL), (terms.F_HSDP, codes.DPFlavour.HSDP)]
+    assert all(type(c) is int and c == member for c, member in hot)
+    assert codes.PPSchedule.codes() == tuple(int(m) for m in codes.PPSchedule)
     tree = ast.parse((ROOT / "autotune" / "space.py").read_text())
     coded = {"pl", "fl", "sc"}
     for node in ast.walk(tree):

@@ -8,6 +8,8 @@ from ..specs.codes import Recompute
 from .scenario_consts import LAYOUT_EVEN
 from .terms import ComputeTerms, compute_terms
 
+R_NONE, R_SELECTIVE, R_FULL = Recompute.codes()
+
 
 class PassCompute(NamedTuple):
     """Seconds per micro-batch on the bottleneck rank; ``ct`` holds the per-layer kernel times."""
@@ -61,7 +63,7 @@ def pass_compute(k, p, batch, lay, xp, mb, cp, tp, ep, et, rc) -> PassCompute:
     else:
         r = lay.Ls_last / Ls
         lin_f_h, lin_x_h, core_f_h, elem_f_h, sel_rest_h = r * lin_f, r * lin_x, r * core_f, r * elem_f, r * sel_rest
-    full, sel = rc == Recompute.FULL, rc == Recompute.SELECTIVE
+    full, sel = rc == R_FULL, rc == R_SELECTIVE
     layers_f = lin_x_h + core_f_h + elem_f_h
     t_f = layers_f + t_head + loss_f
     t_w = lin_f_h + t_head

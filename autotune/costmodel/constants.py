@@ -23,9 +23,10 @@ ADAM_BF16_MOMENTS_TRAFFIC_SAVED_BYTES_PER_PARAM = 8.0
 
 FP32_BYTES = 4.0                      # one fp32 element (precision=fp32 training; gradients reduced in
                                       # fp32: WorkloadSpec.resolved_grad_reduce_dtype)
-ACTIVATION_BYTES = 2.0                # bf16 on the wire: activations (TP, CP, PP, EP), gradients reduced
-                                      # in bf16 (Megatron --grad-reduce-in-bf16, FSDP1's bfSixteen,
-                                      # DeepSpeed) and bf16 parameters all-gathered (ZeRO-1/FSDP)
+ACTIVATION_BYTES = 2.0                # bf16 on the wire: activations (TP, CP, PP, EP) and gradients
+                                      # reduced in bf16 (Megatron --grad-reduce-in-bf16, FSDP1's
+                                      # bfSixteen, DeepSpeed); parameter all-gathers move the working
+                                      # weights (WEIGHT_BYTES_PER_PARAM, FP8_WEIGHT_BYTES_PER_PARAM)
 LOGITS_BYTES = 8.0
 """Bytes per logit (token x vocab / tp) at the loss: the fp32 logits (4 B) and their fp32
 gradient (4 B) are live together when backward starts (an unfused cross-entropy; Megatron's

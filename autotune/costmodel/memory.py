@@ -7,7 +7,8 @@ from . import constants as C
 from .pipeline import PipeMemory
 from .scenario_consts import FSDP_EVERY_PASS, FSDP_NEVER, ScenarioConsts
 
-F_DDP, F_ZERO1, F_FSDP, F_HSDP = DPFlavour   # codes: specs/codes.py
+F_DDP, F_ZERO1, F_FSDP, F_HSDP = DPFlavour.codes()   # codes: specs/codes.py
+R_NONE, R_SELECTIVE, R_FULL = Recompute.codes()
 
 
 def memory_per_gpu(k: ScenarioConsts, fl, rc, rg, owned, P_dense, P_exp, tp, ep, et, tok, Ls, Ls_dense, Ls_moe,
@@ -46,7 +47,7 @@ def memory_per_gpu(k: ScenarioConsts, fl, rc, rg, owned, P_dense, P_exp, tp, ep,
                                                + k.experts * k.expert_params * tp / (ep * et))) / tp
     gather_buf = xp.where(sharded_all, 2 * k.weight_bytes * layer_params, 0.0)
     act_mb, act_layer_full = act_per_microbatch(k, rc, tok, tp, Ls, Ls_dense, Ls_moe, xp)
-    full_extra = xp.where(rc == Recompute.FULL, act_layer_full, 0.0)
+    full_extra = xp.where(rc == R_FULL, act_layer_full, 0.0)
     first = pm.infl * act_mb + full_extra
     if k.eager_acts:
         recv = pm.recv_buffers * k.wire_bytes * tok * k.h / tp
@@ -110,7 +111,7 @@ def act_per_microbatch(k: ScenarioConsts, rc, tok, tp, Ls, Ls_dense, Ls_moe, xp)
         act_sel = act_lin
     elif "core_attn" not in k.rc_modules:
         act_sel = act_sel + act_scores
-    act_mb = xp.select([rc == Recompute.NONE, rc == Recompute.SELECTIVE],
+    act_mb = xp.select([rc == R_NONE, rc == R_SELECTIVE],
                        [act_lin + act_scores, act_sel],
                        act_scale * C.ACT_FULL_RECOMPUTE_BYTES_PER_TOKEN_HIDDEN * tok * k.h / tp * Ls)
     return act_mb, (act_lin + act_scores) / Ls

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from ..specs.codes import Protocol
 
-PROTO_AUTO, PROTO_SIMPLE, PROTO_LL128, PROTO_LL = Protocol   # codes: specs/codes.py
+PROTO_AUTO, PROTO_SIMPLE, PROTO_LL128, PROTO_LL = Protocol.codes()   # codes: specs/codes.py
 
 NCCL_STEPS = 8
 """Slots per connection and channel (device.h)."""

@@ -14,8 +14,8 @@ from .xp import NUMPY
 from .constants import (PACKET_SPRAY_EFFICIENCY, PACKET_SPRAY_REORDER_PROB, RTO_MIN_s,
                         SR_TAIL_TIMEOUT_FRACTION)
 
-LB_ECMP, LB_QP_SPRAY, LB_PACKET_SPRAY = LoadBalancing   # codes: specs/codes.py
-LR_GBN, LR_SR = LossRecovery   # codes: specs/codes.py
+LB_ECMP, LB_QP_SPRAY, LB_PACKET_SPRAY = LoadBalancing.codes()   # codes: specs/codes.py
+LR_GBN, LR_SR = LossRecovery.codes()   # codes: specs/codes.py
 
 def poisson_cdf(kmax: int, lam: float) -> np.ndarray:
     """P(X <= k) for k = 0..kmax, X ~ Poisson(lam): the cumulative sum of the pmf

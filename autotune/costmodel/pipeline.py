@@ -10,7 +10,7 @@ from typing import NamedTuple
 from ..specs.codes import PPSchedule
 from .xp import NUMPY
 
-S_GPIPE, S_1F1B, S_INTERLEAVED, S_ZB1P, S_ZB2P, S_ZBV, S_DUALPIPEV = PPSchedule   # codes: specs/codes.py
+S_GPIPE, S_1F1B, S_INTERLEAVED, S_ZB1P, S_ZB2P, S_ZBV, S_DUALPIPEV = PPSchedule.codes()   # codes: specs/codes.py
 
 
 def bubble_time(sched, p, v, t_f, t_b, t_w, xp=NUMPY, post_validation: bool = False):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ..specs.codes import Recompute
 
-R_FULL, R_SELECTIVE = Recompute.FULL, Recompute.SELECTIVE
+R_FULL, R_SELECTIVE = int(Recompute.FULL), int(Recompute.SELECTIVE)
 
 
 def tp_collectives_rerun(k, rc, tp_colls, Ls_dense, Ls_moe, moe_tp, xp):

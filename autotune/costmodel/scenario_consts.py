@@ -224,17 +224,19 @@ def _compute_consts(scenario: Scenario, params: CostParams) -> ScenarioConsts:
         rc_modules=frozenset(scenario.workload.recompute_modules),
         attn_act_elems=m.attention_saved_elems, mla_up_elems=m.mla_up_elems, mla_up_gemms=m.mla_up_gemms,
         mla=1.0 if m.attention == "mla" else 0.0,
-        **framework_bucket(scenario.workload.framework, precision_bytes(scenario.precision)[0]),
+        **framework_bucket(scenario.workload.framework,
+                           C.FP32_BYTES if scenario.workload.resolved_grad_reduce_dtype == "fp32" else C.ACTIVATION_BYTES),
         one_bucket_without_overlap=scenario.workload.framework in C.ONE_BUCKET_WITHOUT_OVERLAP_FRAMEWORKS,
     )
     return k
 
 
-def framework_bucket(framework: str, wire_bytes: float) -> dict:
-    """The framework class's default gradient bucket (dp_bucket_mib = 0) as bytes = max(min,
-    per_rank x dp x cp): Megatron-Core max(40M, 1M x dp x cp) parameters (one bucket where the
-    gradient reduction does not overlap the backward: terms.dp_comm_groups), DeepSpeed 500M elements,
-    torch DDP 25 MiB (nanotron; the pytorch class's DDP flavour), others 80 MB
+def framework_bucket(framework: str, reduce_bytes: float) -> dict:
+    """The framework class's default gradient bucket (dp_bucket_mib = 0) as bytes of the reduced
+    gradients (``reduce_bytes`` an element) = max(min, per_rank x dp x cp): Megatron-Core max(40M,
+    1M x dp x cp) parameters (one bucket where the gradient reduction does not overlap the
+    backward: terms.dp_comm_groups), DeepSpeed 500M elements, torch DDP 25 MiB whatever the dtype
+    (nanotron; the pytorch class's DDP flavour: fp32 gradients fill twice the buckets), others 80 MB
     (constants.FRAMEWORK_BUCKET_ELEMS, TORCH_DDP_BUCKET_BYTES, DEFAULT_BUCKET_BYTES)."""
     out = {"bucket_min_bytes": C.DEFAULT_BUCKET_BYTES, "bucket_bytes_per_rank": 0.0, "ddp_bucket_bytes": 0.0}
     if framework == "nanotron":
@@ -243,7 +245,7 @@ def framework_bucket(framework: str, wire_bytes: float) -> dict:
         out["ddp_bucket_bytes"] = C.TORCH_DDP_BUCKET_BYTES
     elif framework in C.FRAMEWORK_BUCKET_ELEMS:
         lo, per = C.FRAMEWORK_BUCKET_ELEMS[framework]
-        out.update(bucket_min_bytes=lo * wire_bytes, bucket_bytes_per_rank=per * wire_bytes)
+        out.update(bucket_min_bytes=lo * reduce_bytes, bucket_bytes_per_rank=per * reduce_bytes)
     return out
 
 

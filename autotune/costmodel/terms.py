@@ -22,8 +22,8 @@ from .scenario_consts import (LAYOUT_ENDS, LAYOUT_EVEN, ScenarioConsts,
                               ring_tier_of_span)
 from .stage_split import rank_layers
 
-P_DP_OUT, P_PP_OUT, P_HYBRID, P_EP_OUT, P_CP_OUT = Placement   # codes: specs/codes.py
-F_DDP, F_ZERO1, F_FSDP, F_HSDP = DPFlavour   # codes: specs/codes.py
+P_DP_OUT, P_PP_OUT, P_HYBRID, P_EP_OUT, P_CP_OUT = Placement.codes()   # codes: specs/codes.py
+F_DDP, F_ZERO1, F_FSDP, F_HSDP = DPFlavour.codes()   # codes: specs/codes.py
 
 TRANSPORT_KNOBS = ("xb_load_balancing", "xb_loss_recovery", "xb_queue_pairs", "nccl_channels", "nccl_buffer_mib")
 
@@ -44,17 +44,29 @@ class Transport:
         self.buf = xp.asfloat(batch["nccl_buffer_mib"]) * 2.0**20
         self.rows = xp.group_rows(tuple(batch[x] for x in TRANSPORT_KNOBS))
 
+    def _rate(self, lb_, qp_, lr_, flows_, channels_, cap_):
+        k = self.k
+        return effective_bandwidth_Bps(lb_, qp_, lr_, flows_, k.x_uplink_Bps, k.nic_Bps, k.x_paths, k.x_rtt_s,
+                                       k.x_loss, k.x_mtu, k.net_eff, channels_, cap_, k.x_rto_s, self.xp)
+
     def goodput(self, flows, channels, cap):
         """Per-row cross-building goodput per connection (``network.effective_bandwidth_Bps``);
-        where ``flows`` is one number for every row it is computed once per transport setting."""
-        k, xp = self.k, self.xp
-
-        def f(lb_, qp_, lr_, flows_, channels_, cap_):
-            return effective_bandwidth_Bps(lb_, qp_, lr_, flows_, k.x_uplink_Bps, k.nic_Bps, k.x_paths,
-                                           k.x_rtt_s, k.x_loss, k.x_mtu, k.net_eff, channels_, cap_, k.x_rto_s, xp)
+        where ``flows`` is one number for every row it is computed once per transport setting
+        (grouping per-row flows as well was measured slower: the sort costs more than it saves)."""
         if np.ndim(flows):
-            return f(self.lb, self.qp, self.lr, flows, channels, cap)
-        return xp.by_group(self.rows, f, self.lb, self.qp, self.lr, flows, channels, cap)
+            return self._rate(self.lb, self.qp, self.lr, flows, channels, cap)
+        return self.xp.by_group(self.rows, self._rate, self.lb, self.qp, self.lr, flows, channels, cap)
+
+    def goodput_where(self, crosses, flows, channels, cap):
+        """``goodput`` on the rows where ``crosses`` holds (a group that spans buildings), 1.0
+        elsewhere: a finite rate that those rows' formulas multiply by zero crossings."""
+        xp = self.xp
+
+        def rate(*args):
+            return (self._rate(*args),)
+        rate.n_out = 1
+        bw, = xp.on_rows(crosses, rate, self.lb, self.qp, self.lr, flows + 0.0 * self.qp, channels, cap)
+        return xp.where(crosses, bw, 1.0)
 
     def stall(self, channels, cap):
         """Round-trip stretch of a window-bound crossing connection under loss
@@ -237,7 +249,7 @@ class DPComm(NamedTuple):
     GPU), summed over the dense and the expert groups."""
     ar: object      # DDP all-reduce time (gradients, at reduce_bytes)
     xar: object     # its cross-building bytes
-    rs: object      # ZeRO-1 / FSDP reduce-scatter time (gradients, at reduce_bytes)
+    rs: object      # ZeRO-1 / FSDP reduce-scatter time (gradients, at reduce_bytes; FSDP at fsdp_reduce_bytes)
     xrs: object     # its cross-building bytes
     ag: object      # ZeRO-1 / FSDP all-gather time (parameters, at weight_bytes)
     xag: object     # its cross-building bytes
@@ -253,7 +265,7 @@ def dp_comm_groups(k: ScenarioConsts, p: CostParams, batch, xp, t: Transport | N
     """The data-parallel term, one DPComm per group: (dense,) or (dense, expert). Collectives per step: DDP / ZeRO-1 reduce per gradient bucket
     (dp_bucket_mib); FSDP / HSDP gather and reduce per unit (workload.fsdp_unit_layers layers).
     Each call pays its own start-up, ring steps and window; the bytes split evenly over the
-    calls (the bucket count is the wire precision's: Megatron sizes buckets in parameters).
+    calls (buckets hold the reduced gradients: framework_bucket, dp_bucket_mib).
     Gradients are reduced at ``k.reduce_bytes`` an element (fp32 under Megatron's default;
     ``k.fsdp_reduce_bytes`` for FSDP and HSDP), the parameters gathered at ``k.weight_bytes`` (WorkloadSpec.grad_reduce_dtype, fp8_param_gather);
     where the two differ the gathers are a second collective on the rows that gather.
@@ -283,13 +295,14 @@ def dp_comm_groups(k: ScenarioConsts, p: CostParams, batch, xp, t: Transport | N
     def group(P, n_in, n_x, stride):
         """One group's collectives per step: DDP all-reduce; ZeRO-1 and FSDP reduce-scatter;
         HSDP reduce-scatter inside and all-reduce of the shard across; one ``collective`` call
-        for the first collective of every row, one for HSDP's second. Members ``stride`` GPUs
+        for the reduction of every row, one for the parameters' all-gathers where they move other
+        bytes (ZeRO-1, FSDP, HSDP inside), one for HSDP's all-reduce across. Members ``stride`` GPUs
         apart: at least a node apart, the group has one rank per node and NCCL may run PAT for
         its all-gathers and reduce-scatters."""
         bw_in, a_in = ring_tier_of_span(k, stride, n_in, xp)
-        bw_ring = t.goodput(k.G_b / n_in, ch, ch * buf)
+        bw_ring = t.goodput_where(n_x > 1.0, k.G_b / n_in, ch, ch * buf)    # a crossing ring's rate
         pat_ok = xp.where(stride >= k.node, 1.0, 0.0)
-        nb = xp.maximum(1.0, xp.ceil(P * k.wire_bytes / bucket))
+        nb = xp.maximum(1.0, xp.ceil(P * k.reduce_bytes / bucket))     # buckets of reduced gradients
         calls = xp.where(is_fsdp | is_hsdp, units, nb)
         rb = k.reduce_bytes if k.fsdp_reduce_bytes == k.reduce_bytes else \
             xp.where(is_fsdp | is_hsdp, k.fsdp_reduce_bytes, k.reduce_bytes)

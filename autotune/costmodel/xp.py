@@ -47,7 +47,9 @@ class _Numpy:
 
     @staticmethod
     def take_table(table, idx):
-        return table[np.asarray(idx, dtype=np.int64)]
+        if not np.ndim(idx):
+            return table[int(idx)]
+        return np.take(table, np.asarray(idx).astype(np.intp))     # faster than fancy indexing
 
     @staticmethod
     def group_rows(cols):
@@ -123,14 +125,18 @@ class _Numpy:
     def on_rows(mask, fn, *args):
         """fn(*args) evaluated only on the rows where ``mask`` holds; a tuple of full-length arrays,
         0 elsewhere. Saves the work of formulas a row does not use (a DDP row needs no
-        reduce-scatter). Scalars in ``args`` pass through."""
+        reduce-scatter). Scalars in ``args`` pass through. Where the rows are one contiguous run
+        ``fn`` gets views of the arguments: it must not write into them."""
         mask = np.asarray(mask)
         n = mask.shape[0]
         idx = np.flatnonzero(mask)
         if len(idx) == n:
             return fn(*args)
+        some = len(idx) > 0
+        if some and idx[-1] - idx[0] + 1 == len(idx):
+            idx = slice(int(idx[0]), int(idx[-1]) + 1)    # one run of rows (the batch is sorted): views, no copies
         shape_n = [np.ndim(a) > 0 for a in args]
-        res = fn(*(a[idx] if full else a for a, full in zip(args, shape_n))) if len(idx) else None
+        res = fn(*(a[idx] if full else a for a, full in zip(args, shape_n))) if some else None
         outs = []
         for j in range(len(res) if res is not None else _n_out(fn)):
             o = np.zeros(n)

@@ -27,6 +27,14 @@ class Code(enum.IntEnum):
     def of(cls, label: str) -> "Code":
         return cls[label.upper()]
 
+    @classmethod
+    def codes(cls) -> tuple[int, ...]:
+        """The members' codes as plain ints, in member order, for the cost model's hot path:
+        comparing an array with an IntEnum member makes numpy probe the member's type for its
+        array protocols (EnumType.__getattr__ raising AttributeError), about 2% of
+        ``evaluate_batch``; a plain int is compared directly."""
+        return tuple(int(m) for m in cls)
+
 
 class Placement(Code):
     """Which parallel dimension spans buildings (hybrid: buildings split over both dp and pp)."""

@@ -79,8 +79,8 @@ class Config(BaseModel):
                                "data-parallel communicators (NCCL_MIN_NCHANNELS / NCCL_MAX_NCHANNELS; MAXCHANNELS = 64)")
     nccl_buffer_mib: int = Field(default=4, ge=1, le=1024, description="NCCL_BUFFSIZE in MiB: the Simple "
                                  "protocol's buffer per connection and channel, its in-flight window")
-    dp_bucket_mib: int = Field(default=0, ge=0, le=1 << 20, description="gradient bucket (MiB): one "
-                               "collective per bucket; 0 = the framework class's default: Megatron-Core max(40M, "
+    dp_bucket_mib: int = Field(default=0, ge=0, le=1 << 20, description="gradient bucket (MiB of the "
+                               "reduced gradients, fp32 or bf16: WorkloadSpec.grad_reduce_dtype): one collective per bucket; 0 = the framework class's default: Megatron-Core max(40M, "
                                "1M x dp x cp) parameters, DeepSpeed 500M elements, torch DDP 25 MiB, else 80 MB")
 
     hetero_split: Literal[HETERO_SPLITS] = Field(default="even", description="work shares between buildings "

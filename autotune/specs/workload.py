@@ -14,16 +14,18 @@ than torchtitan (whose ``generate_llm_fqn_per_model_part`` counts the embedding 
 layer each: ends), so it keeps even unless ``pipeline_layout`` says otherwise."""
 
 
-FRAMEWORK_GRAD_REDUCE = {"megatron": "buffer", "nanotron": "buffer", "pytorch": "fp32"}
+FRAMEWORK_GRAD_REDUCE = {"megatron": "buffer", "nanotron": "buffer"}
 """Each framework class's gradient-reduction dtype where it is not the 16-bit working dtype
 (``WorkloadSpec.resolved_grad_reduce_dtype``): buffer = the gradient buffer's dtype (grad_dtype).
 Megatron: arguments.py turns --accumulate-allreduce-grads-in-fp32 on for bf16 ('bfloat16 requires
 gradient accumulation and all-reduce to be done in fp32') unless --grad-reduce-in-bf16; nanotron:
 its fp32 accumulation hook (``get_fp32_accum_hook``) reduce-scatters / all-reduces the fp32
-buffers; pytorch: torchtitan's FSDP2 MixedPrecisionPolicy reduces in float32
-(mixed_precision_reduce), torch DDP under autocast holds fp32 gradients. DeepSpeed reduces in the
-training dtype (communication_data_type's default), and JAX and the others are read the same
-way (not established: MaxText's float32 weights may reduce in fp32)."""
+buffers. The others reduce in the training dtype: DeepSpeed (communication_data_type's default),
+the pytorch class's FSDP1 recipes (MixedPrecision(reduce_dtype=bfloat16): fms-fsdp's bfSixteen,
+Composer's PURE), InternEvo and Colossal-AI's ZeRO (``reduce_tensor`` keeps the gradient's own
+dtype); torchtitan's FSDP2 (mixed_precision_reduce float32), Composer's DEFAULT and torch DDP
+under autocast reduce in fp32 and are stated so (grad_reduce_dtype); JAX is read the same way
+(not established: MaxText's float32 weights may reduce in fp32)."""
 
 
 RECOMPUTE_MODULES = ("core_attn", "layernorm", "mla_up_proj", "mlp", "moe_act", "shared_experts", "moe")
@@ -97,8 +99,8 @@ class WorkloadSpec(BaseModel):
         default="fp32", description="dtype of the gradient buffer the backward accumulates into: fp32 (4 B a "
         "parameter; Megatron's default under bf16, --accumulate-allreduce-grads-in-fp32) or bf16 (2 B; "
         "Megatron's --grad-reduce-in-bf16, NeMo's performance recipes' grad_reduce_in_fp32=False); mixed "
-        "precision only. Under Megatron and nanotron the data-parallel reduction runs on this buffer "
-        "(grad_reduce_dtype)")
+        "precision only. Megatron's DDP and distributed optimizer and nanotron reduce this buffer over "
+        "the data-parallel collectives (bf16 under fp16 and Megatron's FSDP: grad_reduce_dtype)")
     grad_reduce_dtype: Literal["fp32", "bf16"] | None = Field(
         default=None, description="dtype the data-parallel collectives reduce gradients in (all-reduce, "
         "reduce-scatter); bf16 stands for the 16-bit working dtype (fp16 under fp16). Parameter all-gathers "
@@ -106,10 +108,10 @@ class WorkloadSpec(BaseModel):
         "own (FRAMEWORK_GRAD_REDUCE): Megatron and nanotron reduce their gradient buffer (grad_dtype; "
         "Megatron's arguments.py: 'bfloat16 requires gradient accumulation and all-reduce to be done in "
         "fp32', fp16 runs reduce in fp16; Megatron's FSDP paths reduce the bf16 parameters' gradients in "
-        "bf16; nanotron's fp32 accumulation hook reduce-scatters the fp32 buffer), pytorch reduces in fp32 (torchtitan's FSDP2 mixed_precision_reduce, torch DDP under "
-        "autocast), DeepSpeed, JAX and others in the working dtype (DeepSpeed's communication_data_type "
-        "follows the training dtype). FSDP1 recipes with reduce_dtype=bfloat16 (Composer's PURE, "
-        "MixedPrecision(bfSixteen)) state bf16. fp32 training reduces in fp32 whatever is set")
+        "bf16; nanotron's fp32 accumulation hook reduce-scatters the fp32 buffer); the others in the working "
+        "dtype (DeepSpeed's communication_data_type, FSDP1's MixedPrecision recipes, InternEvo's and "
+        "Colossal-AI's ZeRO). torchtitan's FSDP2 (mixed_precision_reduce float32), Composer's DEFAULT and "
+        "torch DDP under autocast reduce in fp32: state fp32. fp32 training reduces in fp32 whatever is set")
     fp8_param_gather: bool = Field(
         default=False, description="fp8 training keeps the model's working weights in fp8 (1 B a parameter "
         "instead of 2; the fp32 master stays with the optimizer) and gathers them in fp8 (Megatron-Core's "

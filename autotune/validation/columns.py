@@ -294,21 +294,35 @@ def map_grad_dtype(text: str) -> str | None:
     return "bf16" if bf16 else "fp32" if fp32 else None
 
 
-_REDUCE_RULES = [(r"\bpure\b|bfsixteen|reduce_dtype\s*[:=]\s*(?:torch\.)?(?:bfloat16|bf16|float16|fp16)", "bf16"),
-                 (r"\bdefault\b|reduce_dtype\s*[:=]\s*(?:torch\.)?(?:float32|fp32)", "fp32")]
+_REDUCE_DTYPE = re.compile(r"reduce_dtype\s*[:=]\s*(?:torch\.)?(bfloat16|bf16|float16|fp16|float32|fp32)\b")
+_COMPOSER = re.compile(r"^(?:(?:fsdp_config\.)?mixed_precision\s*[:=]?\s*)?(pure|default|full)\b")
 
 
 def map_grad_reduce_dtype(text: str) -> str | None:
-    """The data-parallel reduction's dtype (WorkloadSpec.grad_reduce_dtype). The frameworks'
-    spellings first: Composer's FSDP mixed_precision "PURE" and FSDP1's "bfSixteen" or
-    "reduce_dtype=torch.bfloat16" -> bf16; Composer's "DEFAULT", "reduce_dtype=float32" -> fp32;
-    then the gradient-buffer spellings (``map_grad_dtype``: Megatron's flags, a dtype word; fp16
-    reads as the 16-bit bf16). A cell naming both dtypes is ambiguous: None."""
+    """The data-parallel reduction's dtype (WorkloadSpec.grad_reduce_dtype), first rule that
+    reads the cell: FSDP's "reduce_dtype=torch.bfloat16" (or float32); Megatron's flags as for
+    grad_dtype ("--grad-reduce-in-bf16", "grad_reduce_in_fp32=False"); a cell naming both a 16-bit
+    and an fp32 dtype otherwise is ambiguous (None); Composer's FSDP mixed_precision at the start
+    of the cell ("PURE" -> bf16, "DEFAULT" or "FULL" -> fp32; "mixed_precision: PURE"), None where
+    the cell also names the other dtype ("PURE (reduce fp32)"); FSDP1's
+    "bfSixteen" -> bf16; else a dtype word (fp16 reads as the 16-bit bf16)."""
     t = (text or "").lower().strip()
-    for pat, name in _REDUCE_RULES:
+    m = _REDUCE_DTYPE.search(t)
+    if m:
+        return "fp32" if m.group(1) in ("float32", "fp32") else "bf16"
+    for pat, name in _GRAD_FLAGS:
         if re.search(pat, t):
             return name
-    return map_grad_dtype(re.sub(r"\bfp16\b|\bfloat16\b", "bf16", t))
+    half, full = re.search(r"bf16|bfloat16|fp16|float16", t), re.search(r"fp32|float32", t)
+    if half and full:
+        return None
+    m = _COMPOSER.search(t)
+    if m:
+        name = "bf16" if m.group(1) == "pure" else "fp32"
+        return None if (full if name == "bf16" else half) else name      # "PURE (reduce fp32)": which?
+    if "bfsixteen" in t or half:
+        return "bf16"
+    return "fp32" if full else None
 
 
 def map_convention(text: str) -> str | None:
