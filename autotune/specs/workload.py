@@ -159,18 +159,11 @@ class WorkloadSpec(BaseModel):
             raise ValueError(f"fp8_param_gather needs precision fp8 (weights kept in fp8), not {precision}")
         return v
 
-    @field_validator("grad_reduce_dtype")
-    @classmethod
-    def _bf16_reduction_needs_mixed_precision(cls, v, info):
-        if v == "bf16" and info.data.get("precision") == "fp32":
-            raise ValueError("grad_reduce_dtype bf16 needs mixed precision (bf16, fp16 or fp8), not fp32 throughout")
-        return v
-
-    @field_validator("grad_dtype")
+    @field_validator("grad_dtype", "grad_reduce_dtype")
     @classmethod
     def _bf16_grads_need_mixed_precision(cls, v, info):
         if v == "bf16" and info.data.get("precision") == "fp32":
-            raise ValueError("grad_dtype bf16 needs mixed precision (bf16, fp16 or fp8), not fp32 throughout")
+            raise ValueError(f"{info.field_name} bf16 needs mixed precision (bf16, fp16 or fp8), not fp32 throughout")
         return v
 
     @property

@@ -285,13 +285,16 @@ def map_grad_dtype(text: str) -> str | None:
     ("fp32 accumulation, bf16 reduce", "bf16 params, fp32 grads") is ambiguous: None (the row is
     skipped with the reason)."""
     t = (text or "").lower().strip()
-    for pat, name in _GRAD_FLAGS:
-        if re.search(pat, t):
-            return name
+    flag = _grad_flag(t)
+    if flag:
+        return flag
     bf16, fp32 = re.search(r"bf16|bfloat16", t), re.search(r"fp32|float32", t)
-    if bf16 and fp32:
-        return None
-    return "bf16" if bf16 else "fp32" if fp32 else None
+    return None if bf16 and fp32 else "bf16" if bf16 else "fp32" if fp32 else None
+
+
+def _grad_flag(t: str) -> str | None:
+    """The dtype a framework flag in ``t`` names (``_GRAD_FLAGS``, first match), else None."""
+    return next((name for pat, name in _GRAD_FLAGS if re.search(pat, t)), None)
 
 
 _REDUCE_DTYPE = re.compile(r"reduce_dtype\s*[:=]\s*(?:torch\.)?(bfloat16|bf16|float16|fp16|float32|fp32)\b")
@@ -310,9 +313,8 @@ def map_grad_reduce_dtype(text: str) -> str | None:
     m = _REDUCE_DTYPE.search(t)
     if m:
         return "fp32" if m.group(1) in ("float32", "fp32") else "bf16"
-    for pat, name in _GRAD_FLAGS:
-        if re.search(pat, t):
-            return name
+    if _grad_flag(t):
+        return _grad_flag(t)
     half, full = re.search(r"bf16|bfloat16|fp16|float16", t), re.search(r"fp32|float32", t)
     if half and full:
         return None
