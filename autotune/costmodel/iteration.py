@@ -26,19 +26,12 @@ from .compute_pass import pass_compute
 from .hetero import hetero_shares, row_speeds, speed_types, typed_memory
 from .scenario_consts import FSDP_EVERY_PASS, FSDP_FORWARD, members_per_node, scenario_consts, tier_of_span
 from .tiers import accounting
-from .batch_order import SORT_KEYS, SORT_MIN_ROWS, _branch_order  # noqa: F401 - public here too
+from .batch_order import CHUNK_ROWS, SORT_KEYS, SORT_MIN_ROWS, _branch_order  # noqa: F401 - public here too
 from .result import BREAKDOWN_KEYS, Evaluation, infeasible_reason  # noqa: F401 - public here too
 from .xp import NUMPY, SCALAR
 
 
 R_NONE, R_SELECTIVE, R_FULL = Recompute.codes()   # codes: specs/codes.py
-
-
-CHUNK_ROWS = 16384
-"""Rows per internal chunk: each temporary array (128 KiB) stays in cache and near glibc's mmap
-threshold, where whole-batch temporaries of several MiB are mmap'ed and page-faulted on every
-use. Measured on the bench space (llama3-405b x campus-5bldg, 262,144 rows, best of 8): 4,096
-rows 526k/s, 12,288 ~760k/s, 16,384 ~800k/s, 24,576 ~800k/s, 65,536 668k/s."""
 
 
 def evaluate_batch(scenario: Scenario, batch: dict, params: CostParams | None = None, *, check: bool = True,
