@@ -205,3 +205,24 @@ def test_library_rejects_codes_and_integers_out_of_range(field, value, words):
     with pytest.raises(UserInputError) as e:
         evaluate_batch(s, b)
     assert str(e.value).startswith(f"config.{field} (row 1 of 4): got {value}") and words in str(e.value)
+
+
+def test_small_kernels_at_high_tp_are_launch_bound():
+    """A layer pass takes at least the host's time to issue it (iteration.host_launch_time): at tp 8
+    an 8B model's micro-batch of one sequence runs layers of about a millisecond of compute and
+    TP collectives, so at 2 ms of host time a layer the passes wait for the host and the step
+    grows by the breakdown's host_s (times the straggler factor); at tp 1 with full recomputation
+    the same layers outlast their launches."""
+    from autotune.costmodel.params import default_params
+    scen = build_scenario("llama3-8b", "metro-2bldg")
+    scen = scen.model_copy(update={"cluster": scen.cluster.with_total_gpus(512)})   # 512 sequences of 8,192 tokens
+    p0 = default_params().with_values(host_layer_fwd_us=0.0)
+    p2 = p0.with_values(host_layer_fwd_us=2000.0)
+    wide = Config(tp=8, pp=1, dp=64, dp_flavour="zero1", micro_batch=1, recompute="none")
+    narrow = Config(tp=1, pp=1, dp=512, dp_flavour="zero1", micro_batch=1, recompute="full")
+    w0, w2 = evaluate(scen, wide, p0), evaluate(scen, wide, p2)
+    host = w2.breakdown["host_s"]
+    assert host > 0.05 * w2.iteration_time_s and w0.breakdown["host_s"] == 0.0
+    grown = (w2.iteration_time_s - w0.iteration_time_s) / host
+    assert 1.0 <= grown < 1.1, grown          # the straggler factor scales it, nothing else moves
+    assert evaluate(scen, narrow, p2).breakdown["host_s"] == 0.0

@@ -37,20 +37,20 @@ def placement_times(model, **xb):
 
 # (a) -------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("oversub", [1, 2.8, 4])
-def test_a_small_dense_model_prefers_dp_out_when_its_pipeline_hides_the_gradient_exchange(oversub):
-    """Dense llama3-8b on 8,192 GPUs (512 tokens per GPU per step): the best DP-out configuration
-    beats the best PP-out one at every ratio up to 4:1 (when last measured: 1.7% at 1:1, 2.8% at
-    2.8:1, 4.5% at 4:1, and 11.3% at 16:1).
+def test_a_small_dense_model_ties_across_placements_where_it_waits_on_its_host(oversub):
+    """Dense llama3-8b on 8,192 GPUs (512 tokens per GPU per step): the best DP-out and the best
+    PP-out configurations tie within 3% at every ratio up to 4:1 (when last measured PP-out ahead
+    by 2.4%, 2.2% and 2.1% at 1:1, 2.8:1 and 4:1).
 
-    Regime: both optima run the interleaved schedule (DP-out tp 8, cp 2, pp 4, 8 chunks; PP-out
-    tp 4, cp 4, pp 4). Megatron-Core reduces a chunk's gradients as soon as its last micro-batch's
-    backward is done (``pipeline.sync_windows``), so DP-out's cross-building reduce-scatter hides
-    in the cool-down, while PP-out's stages wait on the crossing pipeline sends. Before that
-    overlap was modelled (the whole exchange exposed after the last backward), PP-out won here by
-    3.2-12.1% (tp 8, cp 2, pp 2 both); the verdict turns on how much of the DP exchange the
-    schedule hides, which is why this test pins it."""
+    Regime: one 8k-token sequence per 16 GPUs leaves each layer pass less GPU work than its host
+    takes to launch (the host floor, ``iteration.host_launch_time``): DP-out's optimum (tp 8, cp 2,
+    no pipeline, HSDP) spends 0.12 s of its 0.22 s step waiting on its host, PP-out's (tp 8, pp 2,
+    GPipe, FSDP) as long in its pipeline's fill. Before the host floor, DP-out won by 1.7-4.5%
+    (tp 8, cp 2, pp 4 interleaved: the cool-down hid its cross-building reduce-scatter); before the
+    interleaved schedule's per-chunk gradient sync, PP-out won by 3.2-12.1%. A verdict this close
+    moves with every term of the model, which is why this test pins it as a tie."""
     dp, pp = placement_times("llama3-8b", oversubscription=oversub)
-    assert dp < pp
+    assert abs(dp / pp - 1.0) < 0.03
 
 
 @pytest.mark.slow

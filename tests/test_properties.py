@@ -78,3 +78,21 @@ def test_more_gpus_at_fixed_per_gpu_batch_never_lower_ideal_throughput(case, see
     small = evaluate_batch(base, take(b, ok), free)["tokens_per_s"]
     large = evaluate_batch(big, take(b2, ok), free)["tokens_per_s"]
     assert (large >= small * (1 - 1e-12)).all()
+
+
+@SETTINGS
+@given(case=st.sampled_from(CASES), host_us=st.floats(0.0, 20_000.0), seed=st.integers(0, 2**31))
+def test_host_floor_only_adds_and_is_monotone(case, host_us, seed):
+    """The host-launch floor (CostParams.host_layer_fwd_us) never speeds a configuration up, grows
+    with the host time, and what it adds is the breakdown's host_s (iteration.host_launch_time)."""
+    scen = build_scenario(*case)
+    b = space_of(*case).sample(256, seed=seed)
+    p0 = default_params().with_values(host_layer_fwd_us=0.0)
+    none = evaluate_batch(scen, b, p0)
+    some = evaluate_batch(scen, b, p0.with_values(host_layer_fwd_us=host_us))
+    more = evaluate_batch(scen, b, p0.with_values(host_layer_fwd_us=2.0 * host_us + 1.0))
+    assert (none["host_s"] == 0.0).all()
+    assert (some["iteration_time_s"] >= none["iteration_time_s"] * (1 - 1e-12)).all()
+    assert (more["iteration_time_s"] >= some["iteration_time_s"] * (1 - 1e-12)).all()
+    assert (more["host_s"] >= some["host_s"] * (1 - 1e-12)).all()
+    np.testing.assert_allclose(some["compute_s"], none["compute_s"], rtol=1e-12)

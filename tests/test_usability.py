@@ -167,11 +167,15 @@ def test_evaluate_simulate_announces_the_simulation(run_cli):
 
 
 def _slow_params(tmp_path):
-    """A parameter file that halves the GEMM ceiling: every compute-bound time grows."""
+    """A parameter file that halves the GEMM ceiling and doubles the host time of a layer: every
+    compute-bound and every launch-bound time grows (llama3-8b's production recipe on 10,240 GPUs,
+    tp 8 and cp 2 at one micro-batch a step, waits on its host)."""
     from autotune.costmodel import default_params
+    d = default_params()
     p = tmp_path / "params.yaml"
-    p.write_text(yaml.safe_dump({"params": {"gemm_efficiency_max": default_params().gemm_efficiency_max / 2,
-                                            "framework_efficiency_megatron": default_params().framework_efficiency_megatron}}))
+    p.write_text(yaml.safe_dump({"params": {"gemm_efficiency_max": d.gemm_efficiency_max / 2,
+                                            "framework_efficiency_megatron": d.framework_efficiency_megatron,
+                                            "host_layer_fwd_us": 2 * d.host_layer_fwd_us}}))
     return p
 
 

@@ -167,3 +167,31 @@ Megatron's buckets, though DeepSpeed's engine reduces their gradients (500M elem
 EXPERT_IMBALANCE_FACTOR = 1.1
 """Busiest expert's load over the mean with auxiliary-loss balancing (assumed; DeepSeek-V3 and
 Mixtral report near-balanced routing)."""
+# ---- host (CPU) dispatch: the floor under a layer pass whose kernels are smaller than their launch ----
+# Kernel counts weigh the host time of a layer's parts against a dense layer's
+# (CostParams.host_layer_fwd_us: the host time of HOST_KERNELS_DENSE_LAYER_FWD launches).
+HOST_KERNELS_DENSE_LAYER_FWD = 12.0
+"""Kernels an eager framework launches for one dense layer's forward (counted from the Llama/GPT
+block as Megatron-Core and torchtitan run it): input norm, QKV GEMM, rotary on q and on k (2),
+attention core, output projection, residual add, pre-MLP norm, fc1 (gate and up fused),
+activation, fc2, residual add."""
+HOST_KERNELS_UNFUSED_ATTENTION_EXTRA = 4.0
+"""Extra kernels of unfused attention (no FlashAttention) over the one fused core: QK^T batched
+GEMM, scale-mask-softmax, dropout, PV batched GEMM and a layout copy, in place of one kernel."""
+HOST_KERNELS_TP_LAYER_FWD = 4.0
+"""Tensor-parallel collectives of one layer's forward under sequence parallelism: 2 all-gathers and
+2 reduce-scatters (Korthikanti et al. 2022, sec. 4.2.2), each one launch."""
+HOST_KERNELS_CP_STEP_FWD = 4.0
+"""Extra kernels per ring step of context parallelism beyond the first, per layer forward
+(TransformerEngine's P2P ring attention): the step's attention kernel on the arrived K/V block,
+the batched send/receive of the next block, and the two kernels that merge the partial outputs by
+their softmax statistics."""
+HOST_KERNELS_MOE_EXTRA_FWD = 6.0
+"""Extra kernels of an MoE layer's forward over a dense one, on Megatron-Core's fused path
+(--moe-router-fusion, --moe-permute-fusion): router GEMM, fused softmax and top-k, fused
+permutation, dispatch all-to-all, fused un-permutation, combine all-to-all; the grouped expert
+GEMMs take fc1's and fc2's places. (An unfused router and permutation launch about 14.)"""
+HOST_BACKWARD_OVER_FORWARD = 1.0
+"""Host time of a layer's backward over its forward's: about twice the kernels (input- and
+weight-gradient GEMMs, element-wise backward), launched by autograd's C++ engine without the
+forward's Python frames, at about half the per-kernel host cost (assumed)."""

@@ -11,6 +11,7 @@ import numpy as np
 from ..specs.codes import Recompute
 from ..configbatch import scalar_row as _scalar_row
 from ..specs.scenario import Scenario
+from . import constants as C
 from . import nccl as N
 from .collectives import all_to_all_time, dedup_share, p2p_time, tp_collective_time, tp_exposed
 from .params import CostParams, default_params
@@ -170,12 +171,25 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
     ep_b = ep_b + xp.where(moe_rerun, Ls_moe * 2 * t_a2a, 0.0)
     ep_passes = 4.0 + xp.where(moe_rerun, 2.0, 0.0)   # all-to-alls per MoE layer and micro-batch
 
-    def per_microbatch():
-        """(t_f, t_b, t_w, T_comp, T_mb): forward, backward and weight-gradient time of one
-        micro-batch with their exchanges, their compute alone, and their sum."""
+    # ---- host floor: the GPU runs a pass no faster than the host launches its kernels ----
+    host_f, host_b = host_launch_time(k, Ls, Ls_dense, Ls_moe, tp, cp, rc, xp)
+
+    def per_microbatch(with_host=True):
+        """(t_f, t_b, t_w, T_comp, T_mb, gap): forward, backward and weight-gradient time of one
+        micro-batch with their exchanges and the host gap, their compute alone, their sum, and
+        the host gap alone (``host_launch_time``; left out with ``with_host`` False)."""
         f_, b_ = t_f_comp + tp_f + cp_f + ep_f, t_b_comp + tp_b + cp_b + ep_b
-        return f_, b_, t_w_comp, t_f_comp + t_b_comp + t_w_comp, f_ + b_ + t_w_comp
-    t_f, t_b, t_w, T_comp, T_mb = per_microbatch()
+        gap = 0.0
+        if with_host and host_f is not None:     # the stream waits for the host where its launches outlast the work
+            gap_f = xp.maximum(0.0, host_f - f_)
+            gap_b = xp.maximum(0.0, host_b - b_ - t_w_comp)
+            f_, b_, gap = f_ + gap_f, b_ + gap_b, gap_f + gap_b
+        return f_, b_, t_w_comp, t_f_comp + t_b_comp + t_w_comp, f_ + b_ + t_w_comp, gap
+    # buildings of different speeds share the work by GPU work alone; the host floor applies to the
+    # shares' result (the host's launches do not speed up with the GPU), so the continuous shares of
+    # the search's lower bound stay a lower bound (costmodel.bounds)
+    types = speed_types(scenario, p)
+    t_f, t_b, t_w, T_comp, T_mb, host_gap = per_microbatch(with_host=not types)
     # ---- data parallel groups (terms.dp_comm_groups) ----
     P_dense, P_exp = lay.P_dense, lay.P_exp
     n_d = dp * cp
@@ -243,7 +257,6 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
         tb_p = xp.where(overlap, xp.maximum(tb, gb), tb + gb)
         return tf_p, tb_p, tf_p + tb_p + tw
 
-    types = speed_types(scenario, p)
     if types:
         # buildings of different speeds share the work by speed (hetero.hetero_shares): the pace
         # of a rank whose compute is sp times faster and whose exchanges (gathers) scale by x (xg)
@@ -262,7 +275,9 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
             g, gx = hs.compute * lin_f, hs.compute * lin_x
             tp_f, tp_b = tp_exposed(tp_f_link, gx, tp, xp), tp_exposed(tp_b_link, gx + g, tp, xp)
         gather_f_mb, gather_b_mb = hs.comm * gather_f_mb, hs.comm * gather_b_mb
-        t_f, t_b, t_w, T_comp, T_mb = per_microbatch()
+        if host_f is not None:       # the host launches per layer, as the exchanges run
+            host_f, host_b = hs.comm * host_f, hs.comm * host_b
+        t_f, t_b, t_w, T_comp, T_mb, host_gap = per_microbatch()
         hetero_plan, m_busiest = hs.plan, hs.microbatches
         per_step_grad, per_step_param = hs.dp_step * per_step_grad, hs.dp_step * per_step_param
     else:
@@ -358,6 +373,7 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
         "memory_deficit_bytes": deficit,
         "feasible": deficit <= 0.0,
         "compute_s": m * T_comp,
+        "host_s": m * host_gap,
         "tp_comm_s": m * (tp_f + tp_b),
         "cp_comm_s": m * (cp_f + cp_b),
         "ep_comm_s": m * (ep_f + ep_b),
@@ -382,6 +398,24 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
         "_hetero_plan": hetero_plan,
         "_acct": acct,   # for the per-tier accounting (tiers.accounting), computed only on request
     }
+
+
+def host_launch_time(k, Ls, Ls_dense, Ls_moe, tp, cp, rc, xp):
+    """(forward, backward) host seconds to launch one micro-batch's kernels on the bottleneck
+    rank, or (None, None) without a host floor (``CostParams.host_layer_fwd_us`` 0).
+
+    Kernel launches are asynchronous: the host runs ahead of the GPU, and a pass takes the longer
+    of the GPU's work and the host's launches (the launch-bound regime of small kernels; CUDA
+    graphs exist to remove it). Forward: per layer the dense or MoE layer's kernels plus, at
+    tp > 1, its TP collectives and, at cp > 1, cp - 1 ring steps (``constants.HOST_KERNELS_*``); backward:
+    ``HOST_BACKWARD_OVER_FORWARD`` x that, plus the forward again under full recomputation. The
+    head and loss's few launches are left out."""
+    if k.host_s_dense <= 0.0:
+        return None, None
+    fwd = Ls_dense * k.host_s_dense + Ls_moe * k.host_s_moe \
+        + Ls * (xp.where(tp > 1, k.host_s_tp, 0.0) + (cp - 1.0) * k.host_s_cp_step)
+    bwd = C.HOST_BACKWARD_OVER_FORWARD * fwd + xp.where(rc == R_FULL, fwd, 0.0)
+    return fwd, bwd
 
 
 def evaluate(scenario: Scenario, config, params: CostParams | None = None, *, check: bool = True) -> "Evaluation":

@@ -70,6 +70,15 @@ class CostParams:
     synchronous step waits for the slowest of its n ranks: it takes 1 + straggler_jitter *
     E[max of n standard normals] times the model's time (``stragglers.py``; ~sqrt(2 ln n)).
     0: no straggler effect."""
+    host_layer_fwd_us: float = 0.0
+    """Host (CPU) time to issue one dense layer's forward (fused attention, no TP), microseconds:
+    the framework's Python frames, hooks and synchronisations, the autograd and ATen dispatchers
+    and cudaLaunchKernel for its kernels (fitted on the runs at about 1.9 ms, far above launch
+    latency alone: docs/cost_model.md). Launches are asynchronous, so the host runs ahead of the GPU,
+    but a pass cannot finish before the host has issued it: a micro-batch's forward (backward)
+    takes at least its layers' host time (``iteration.host_launch_time``), which binds where
+    kernels are small (small models, high TP, short micro-batches, fast GPUs). Other parts weigh
+    in by kernel count (``constants.HOST_KERNELS_*``). 0: no host floor."""
     dp_collective_scale: float = 1.0
     """Multiplies every data-parallel collective's time; 0 drops them (the transport-free lower
     bound of ``costmodel.bounds``, never a calibration)."""

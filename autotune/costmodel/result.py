@@ -8,7 +8,7 @@ from .tiers import TIER_KEYS, nested
 TRAFFIC_KEYS = ("xb_bytes_per_gpu", "xb_bytes_per_step", "nvlink_bytes_per_gpu", "xb_dp_bytes_per_gpu",
                 "xb_pp_bytes_per_gpu", "xb_ep_bytes_per_gpu", "xb_cp_bytes_per_gpu")
 """Bytes per step by tier (cross-building, NVLink) and, across buildings, by parallel dimension."""
-BREAKDOWN_KEYS = ("compute_s", "tp_comm_s", "cp_comm_s", "ep_comm_s", "pp_bubble_s", "pp_comm_s",
+BREAKDOWN_KEYS = ("compute_s", "host_s", "tp_comm_s", "cp_comm_s", "ep_comm_s", "pp_bubble_s", "pp_comm_s",
                   "dp_comm_s", "optimizer_s", "straggler_s")
 
 

@@ -66,6 +66,10 @@ class ScenarioConsts:
     bucket_bytes_per_rank: float = 0.0                 # ... grown by this per data-parallel rank (dp x cp)
     ddp_bucket_bytes: float = 0.0                      # > 0: the DDP flavour's bucket instead (torch DDP)
     one_bucket_without_overlap: bool = False           # C.ONE_BUCKET_WITHOUT_OVERLAP_FRAMEWORKS
+    host_s_dense: float = 0.0    # host seconds to launch one dense layer's forward (no TP collectives)
+    host_s_moe: float = 0.0      # ... one MoE layer's
+    host_s_tp: float = 0.0       # ... a layer's TP collectives (tp > 1)
+    host_s_cp_step: float = 0.0  # ... a layer's context-parallel ring step beyond the first
 
 
 FSDP_EVERY_PASS, FSDP_FORWARD, FSDP_NEVER = range(3)
@@ -227,8 +231,20 @@ def _compute_consts(scenario: Scenario, params: CostParams) -> ScenarioConsts:
         **framework_bucket(scenario.workload.framework,
                            C.FP32_BYTES if scenario.workload.resolved_grad_reduce_dtype == "fp32" else C.ACTIVATION_BYTES),
         one_bucket_without_overlap=scenario.workload.framework in C.ONE_BUCKET_WITHOUT_OVERLAP_FRAMEWORKS,
+        **host_launch_seconds(params, scenario.workload.flash_attention, all(g.async_launch for g in gpus)),
     )
     return k
+
+
+def host_launch_seconds(params: CostParams, flash: bool, async_launch: bool = True) -> dict:
+    """Host seconds to issue one layer's forward (``CostParams.host_layer_fwd_us`` for a dense
+    layer with fused attention, other parts weighed by their kernel counts,
+    ``constants.HOST_KERNELS_*``): dense, MoE, the TP collectives and a CP ring step. All 0 where
+    a device runs its work on the calling thread (``HardwareSpec.async_launch`` false: CPU ranks)."""
+    per_s = params.host_layer_fwd_us * 1e-6 / C.HOST_KERNELS_DENSE_LAYER_FWD if async_launch else 0.0
+    dense = C.HOST_KERNELS_DENSE_LAYER_FWD + (0.0 if flash else C.HOST_KERNELS_UNFUSED_ATTENTION_EXTRA)
+    return {"host_s_dense": per_s * dense, "host_s_moe": per_s * (dense + C.HOST_KERNELS_MOE_EXTRA_FWD),
+            "host_s_tp": per_s * C.HOST_KERNELS_TP_LAYER_FWD, "host_s_cp_step": per_s * C.HOST_KERNELS_CP_STEP_FWD}
 
 
 def framework_bucket(framework: str, reduce_bytes: float) -> dict:

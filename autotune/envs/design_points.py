@@ -110,9 +110,9 @@ def scenario_features(s: Scenario) -> np.ndarray:
     ], dtype=np.float32)
 
 
-FEATURE_BREAKDOWN_KEYS = tuple(k for k in BREAKDOWN_KEYS if k != "straggler_s")
+FEATURE_BREAKDOWN_KEYS = tuple(k for k in BREAKDOWN_KEYS if k not in ("straggler_s", "host_s"))
 """The breakdown terms the policy sees (compute through optimizer): the shipped policy was
-trained on these eight; the straggler wait, added later, scales them all and is left out."""
+trained on these eight; the straggler wait and the host-launch gap, added later, are left out."""
 
 
 def production_features(s: Scenario, ev) -> np.ndarray:

@@ -32,6 +32,10 @@ class HardwareSpec(BaseModel):
     nic_bandwidth_Bps: float = Field(ge=MIN_BANDWIDTH_Bps, le=MAX_BANDWIDTH_Bps, description="scale-out NIC per GPU, one direction")
     nccl_ll128: bool = Field(default=True, description="NCCL's LL128 protocol runs on this node: NVLink inside, "
                              "SM70 or newer (tuning.cc enables it only there); false for CPU ranks (gloo)")
+    async_launch: bool = Field(default=True, description="work is launched asynchronously by a host that runs "
+                               "ahead (GPUs), so a layer pass takes at least its host time (CostParams."
+                               "host_layer_fwd_us); false for a CPU device, which runs its work on the calling "
+                               "thread (its Python cost is in its fitted peak)")
     compute_capability: float = Field(default=9.0, ge=0, le=99, description="CUDA SM version; mixed versions "
                                       "below 9.0 disable LL128 (tuning.cc)")
     source: str = ""

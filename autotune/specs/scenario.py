@@ -79,8 +79,12 @@ class Scenario(BaseModel):
                                             ("shard_gradients", False), ("grad_dtype", "fp32"),
                                             ("fp8_param_gather", False), ("grad_reduce_dtype", None))
                  if getattr(w, name) == default}
-        return hashlib.sha256(self.model_dump_json(exclude={"workload": later} if later else None)
-                              .encode()).hexdigest()[:16]
+        exclude: dict = {"workload": later} if later else {}
+        # HardwareSpec.async_launch, added later too, left out where it is at its default (GPUs)
+        at_default = {i: {"gpu": {"async_launch"}} for i, b in enumerate(self.cluster.buildings) if b.gpu.async_launch}
+        if at_default:
+            exclude["cluster"] = {"buildings": at_default}
+        return hashlib.sha256(self.model_dump_json(exclude=exclude or None).encode()).hexdigest()[:16]
 
     def with_workload(self, **fields) -> "Scenario":
         """The same scenario with these workload fields changed (a backend's workload semantics)."""

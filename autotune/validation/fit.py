@@ -80,6 +80,7 @@ FIT_BOUNDS = {
     "framework_efficiency_pytorch": (0.3, 1.5),
     "framework_efficiency_nanotron": (0.3, 1.5),
     "framework_efficiency_jax": (0.3, 1.5),
+    "host_layer_fwd_us": (0.0, 10000.0),
 }
 """The fitted parameters and their bounds. A framework class with no rows in a fit has no
 gradient there and takes the unseen-framework prior (:func:`with_framework_prior`)."""
@@ -161,10 +162,17 @@ sixth (Megatron-Core 0.96 of its kernels): the held-out small-scale rows (Qi et 
 GPUs) then came out 14% fast and the held-out median rose from 9.0% to 10.6%."""
 
 
+HOST_LAYER_START_US = 500.0
+"""Where the fit starts the host time of a dense layer's forward (``CostParams.host_layer_fwd_us``):
+12 launches at 40 us, eager PyTorch's 5-25 us per op on the host with a training framework's
+Python around it. From 0 the fit would see no gradient (no pass is launch-bound there)."""
+
+
 def fit_start() -> CostParams:
     """Where every fit starts: neutral parameters plus the kernel-measured shapes and GEMM level
     and the nccl-tests link efficiencies (all held fixed by the fit)."""
-    return CostParams().with_values(**KERNEL_SHAPES, **KERNEL_LEVELS, **LINK_EFFICIENCIES, **STRAGGLER)
+    return CostParams().with_values(**KERNEL_SHAPES, **KERNEL_LEVELS, **LINK_EFFICIENCIES, **STRAGGLER,
+                                    host_layer_fwd_us=HOST_LAYER_START_US)
 
 
 def fit_params(path=None, start: CostParams | None = None, cases=None) -> tuple[CostParams, dict]:
