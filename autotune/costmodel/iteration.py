@@ -186,8 +186,10 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
             f_, b_, gap = f_ + gap_f, b_ + gap_b, gap_f + gap_b
         return f_, b_, t_w_comp, t_f_comp + t_b_comp + t_w_comp, f_ + b_ + t_w_comp, gap
     # buildings of different speeds share the work by GPU work alone; the host floor applies to the
-    # shares' result (the host's launches do not speed up with the GPU), so the continuous shares of
-    # the search's lower bound stay a lower bound (costmodel.bounds)
+    # shares' result at the even split's launches per micro-batch: never below the even split's
+    # floor, so by_speed never loses to even; an underestimate where a fast replica runs more
+    # micro-batches (or a fast stage more layers), each launched at the same host cost, which the
+    # share decision does not see
     types = speed_types(scenario, p)
     t_f, t_b, t_w, T_comp, T_mb, host_gap = per_microbatch(with_host=not types)
     # ---- data parallel groups (terms.dp_comm_groups) ----
@@ -275,8 +277,6 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
             g, gx = hs.compute * lin_f, hs.compute * lin_x
             tp_f, tp_b = tp_exposed(tp_f_link, gx, tp, xp), tp_exposed(tp_b_link, gx + g, tp, xp)
         gather_f_mb, gather_b_mb = hs.comm * gather_f_mb, hs.comm * gather_b_mb
-        if host_f is not None:       # the host launches per layer, as the exchanges run
-            host_f, host_b = hs.comm * host_f, hs.comm * host_b
         t_f, t_b, t_w, T_comp, T_mb, host_gap = per_microbatch()
         hetero_plan, m_busiest = hs.plan, hs.microbatches
         per_step_grad, per_step_param = hs.dp_step * per_step_grad, hs.dp_step * per_step_param

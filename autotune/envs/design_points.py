@@ -121,7 +121,8 @@ def production_features(s: Scenario, ev) -> np.ndarray:
     if ev is None:
         return np.zeros(len(FEATURE_BREAKDOWN_KEYS) + 1, dtype=np.float32)
     hbm = min(b.gpu.hbm_bytes for b in s.cluster.buildings)
-    # shares of the time before the straggler wait, so that they sum to 1 as the policy was trained
+    # shares of the time before the straggler wait (they summed to 1 as the policy was trained; the
+    # host-launch gap, left out, now takes its share from that sum)
     shares = [ev.breakdown[k] / (ev.iteration_time_s - ev.breakdown.get("straggler_s", 0.0))
               for k in FEATURE_BREAKDOWN_KEYS]
     return np.array([*shares, min(ev.memory_per_gpu_bytes / hbm, 2.0)], dtype=np.float32)
