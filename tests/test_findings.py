@@ -68,16 +68,19 @@ def test_a_large_dense_models_lean_dp_out(model):
 
 # (b) -------------------------------------------------------------------------------------------
 @pytest.mark.slow
-def test_b_moe_prefers_pp_out_once_cross_building_bandwidth_is_scarce():
-    """MoE (Mixtral, 8 experts): the placements tie at 1:1 (within 1.5%: DP-out 1.03% ahead when last
-    measured, on the fourth 2026-11-28 session's model with the loss over the logits and its refit;
-    0.55% on issue 13's first recalibrated model, when this bound was 1%), PP-out wins once the link
-    is 16:1 oversubscribed (6.2%; 4.7% then), and its lead grows with oversubscription."""
+def test_b_moe_on_8k_gpus_prefers_dp_out_where_it_waits_on_its_host():
+    """MoE (Mixtral, 8 experts) on 8,192 GPUs over two buildings: DP-out leads at 1:1 and at 16:1
+    (7.4% and 10.2% when last measured, 2026-11-29's eleventh session), by more as the link gets
+    scarcer. Both optima wait on their host for about a third of the step (the host floor,
+    ``iteration.host_launch_time``): DP-out's (tp 8, ep 8, no pipeline, HSDP) sends one gradient
+    all-reduce a step across the buildings; PP-out's pays a pipeline bubble on top (interleaved at
+    1:1, GPipe at 16:1). The finding said MoE prefers PP-out once cross-building bandwidth is
+    scarce, and the model agreed until the host floor (placements within 1.5% at 1:1, PP-out 6.2%
+    ahead at 16:1): a verdict at this scale moves with the per-layer terms of the model."""
     dp1, pp1 = placement_times("mixtral-8x7b", oversubscription=1)
     dp16, pp16 = placement_times("mixtral-8x7b", oversubscription=16)
-    assert abs(dp1 / pp1 - 1) <= 0.015
-    assert pp16 < dp16
-    assert dp16 / pp16 > dp1 / pp1
+    assert dp1 < pp1 and dp16 < pp16
+    assert pp16 / dp16 > pp1 / dp1
 
 
 @pytest.mark.slow
