@@ -208,7 +208,7 @@ def test_library_rejects_codes_and_integers_out_of_range(field, value, words):
 
 
 def test_small_kernels_at_high_tp_are_launch_bound():
-    """A layer pass takes at least the host's time to issue it (iteration.host_launch_time): at tp 8
+    """A layer pass takes at least the host's time to issue it (host_floor.host_launch_time): at tp 8
     an 8B model's micro-batch of one sequence runs layers of about a millisecond of compute and
     TP collectives, so at 2 ms of host time a layer the passes wait for the host and the step
     grows by the breakdown's host_s (times the straggler factor); at tp 1 with full recomputation

@@ -43,7 +43,7 @@ def test_a_small_dense_model_ties_across_placements_where_it_waits_on_its_host(o
     by 2.4%, 2.2% and 2.1% at 1:1, 2.8:1 and 4:1).
 
     Regime: one 8k-token sequence per 16 GPUs leaves each layer pass less GPU work than its host
-    takes to launch (the host floor, ``iteration.host_launch_time``): DP-out's optimum (tp 8, cp 2,
+    takes to launch (the host floor, ``host_floor.host_launch_time``): DP-out's optimum (tp 8, cp 2,
     no pipeline, HSDP) spends 0.12 s of its 0.22 s step waiting on its host, PP-out's (tp 8, pp 2,
     GPipe, FSDP) as long in its pipeline's fill. Before the host floor, DP-out won by 1.7-4.5%
     (tp 8, cp 2, pp 4 interleaved: the cool-down hid its cross-building reduce-scatter); before the
@@ -72,7 +72,7 @@ def test_b_moe_on_8k_gpus_prefers_dp_out_where_it_waits_on_its_host():
     """MoE (Mixtral, 8 experts) on 8,192 GPUs over two buildings: DP-out leads at 1:1 and at 16:1
     (7.4% and 10.2% when last measured, 2026-11-29's eleventh session), by more as the link gets
     scarcer. Both optima wait on their host for about a third of the step (the host floor,
-    ``iteration.host_launch_time``): DP-out's (tp 8, ep 8, no pipeline, HSDP) sends one gradient
+    ``host_floor.host_launch_time``): DP-out's (tp 8, ep 8, no pipeline, HSDP) sends one gradient
     all-reduce a step across the buildings; PP-out's pays a pipeline bubble on top (interleaved at
     1:1, GPipe at 16:1). The finding said MoE prefers PP-out once cross-building bandwidth is
     scarce, and the model agreed until the host floor (placements within 1.5% at 1:1, PP-out 6.2%

@@ -84,7 +84,7 @@ def test_more_gpus_at_fixed_per_gpu_batch_never_lower_ideal_throughput(case, see
 @given(case=st.sampled_from(CASES), host_us=st.floats(0.0, 20_000.0), seed=st.integers(0, 2**31))
 def test_host_floor_only_adds_and_is_monotone(case, host_us, seed):
     """The host-launch floor (CostParams.host_layer_fwd_us) never speeds a configuration up, grows
-    with the host time, and what it adds is the breakdown's host_s (iteration.host_launch_time)."""
+    with the host time, and what it adds is the breakdown's host_s (host_floor.host_launch_time)."""
     scen = build_scenario(*case)
     b = space_of(*case).sample(256, seed=seed)
     p0 = default_params().with_values(host_layer_fwd_us=0.0)

@@ -50,7 +50,7 @@ def transport_free(scen: Scenario) -> Scenario:
 def bound_params(params: CostParams | None) -> CostParams:
     """The same calibration with data-parallel collectives and NCCL's software latencies at zero,
     continuous work shares between buildings of different speeds (``hetero.hetero_shares``), and
-    no host floor (``iteration.host_launch_time``): the floor only lengthens passes, but between
+    no host floor (``host_floor.host_launch_time``): the floor only lengthens passes, but between
     buildings of different speeds it scales with the shares, which the transport moves, so it is
     left out of the bound rather than bounded."""
     return (params or default_params()).with_values(nccl_overhead_scale=0.0, dp_collective_scale=0.0,

@@ -11,7 +11,6 @@ import numpy as np
 from ..specs.codes import Recompute
 from ..configbatch import scalar_row as _scalar_row
 from ..specs.scenario import Scenario
-from . import constants as C
 from . import nccl as N
 from .collectives import all_to_all_time, dedup_share, p2p_time, tp_collective_time, tp_exposed
 from .params import CostParams, default_params
@@ -22,13 +21,14 @@ from .terms import (F_DDP, F_FSDP, F_HSDP, F_ZERO1, P_CP_OUT, P_DP_OUT, P_EP_OUT
                     P_PP_OUT, Transport, dp_comm_groups, expert_tp, layout, sum_groups)
 from .kernels import memory_bound_time_s
 from .memory import memory_per_gpu
-from .recompute import moe_block_rerun, selective_flops_per_token, tp_collectives_rerun
+from .recompute import moe_block_rerun, step_flops, tp_collectives_rerun
 from .compute_pass import pass_compute
+from .host_floor import host_gaps, host_launch_time
 from .hetero import hetero_shares, row_speeds, speed_types, typed_memory
 from .scenario_consts import FSDP_EVERY_PASS, FSDP_FORWARD, members_per_node, scenario_consts, tier_of_span
 from .tiers import accounting
 from .batch_order import CHUNK_ROWS, SORT_KEYS, SORT_MIN_ROWS, _branch_order  # noqa: F401 - public here too
-from .result import BREAKDOWN_KEYS, Evaluation, infeasible_reason  # noqa: F401 - public here too
+from .result import BREAKDOWN_KEYS, Evaluation, infeasible_reason, public_outputs  # noqa: F401 - public here too
 from .xp import NUMPY, SCALAR
 
 
@@ -62,7 +62,7 @@ def evaluate_batch(scenario: Scenario, batch: dict, params: CostParams | None = 
         if order is not None:
             back = np.empty_like(order)
             back[order] = np.arange(size)
-        for k, v in _public(part, size).items():
+        for k, v in public_outputs(part, size).items():
             if k not in out:
                 out[k] = np.empty(n, dtype=v.dtype)
             if back is None:
@@ -73,11 +73,6 @@ def evaluate_batch(scenario: Scenario, batch: dict, params: CostParams | None = 
         sl = slice(i, min(i + CHUNK_ROWS, n))
         run(batch if n <= CHUNK_ROWS else {k: v[sl] for k, v in batch.items()}, sl, sl.stop - sl.start)
     return out
-
-
-def _public(out: dict, n: int) -> dict:
-    """Drop the simulator's internals; broadcast any output that came out scalar."""
-    return {k: (v if np.ndim(v) else np.full(n, v)) for k, v in out.items() if not k.startswith("_")}
 
 
 def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> dict:
@@ -179,11 +174,7 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
         micro-batch with their exchanges and the host gap, their compute alone, their sum, and
         the host gap alone (``host_launch_time``; left out with ``with_host`` False)."""
         f_, b_ = t_f_comp + tp_f + cp_f + ep_f, t_b_comp + tp_b + cp_b + ep_b
-        gap = 0.0
-        if with_host and host_f is not None:     # the stream waits for the host where its launches outlast the work
-            gap_f = xp.maximum(0.0, host_f - f_)
-            gap_b = xp.maximum(0.0, host_b - b_ - t_w_comp)
-            f_, b_, gap = f_ + gap_f, b_ + gap_b, gap_f + gap_b
+        f_, b_, gap = host_gaps(f_, b_, t_w_comp, host_f if with_host else None, host_b, xp)
         return f_, b_, t_w_comp, t_f_comp + t_b_comp + t_w_comp, f_ + b_ + t_w_comp, gap
     # buildings of different speeds share the work by GPU work alone; the host floor applies to the
     # shares' result at the even split's launches per micro-batch: never below the even split's
@@ -329,14 +320,8 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
         deficit = xp.maximum(0.0, memory - k.hbm_bytes)
 
     # ---- FLOPs, MFU (model FLOPs, non-causal attention: PaLM / Megatron convention) ----
-    act_params_layer = (k.attn_params + (1 - k.moe_frac) * k.dense_mlp_params
-                        + k.moe_frac * (k.moe_other_params - k.attn_params + k.top_k * k.expert_params))
-    attn_core_flops_tok = 2 * k.model_attn_keys * k.qv_width   # 4 s h for standard attention
-    flops_tok_fwd = k.L * (2 * act_params_layer + attn_core_flops_tok) + 2 * k.h * k.vocab
     tokens_step = k.global_batch * k.seq
-    model_flops = 3 * flops_tok_fwd * tokens_step
-    sel_flops_tok = selective_flops_per_token(k, attn_core_flops_tok)
-    recompute_flops = xp.select([rc == R_FULL, rc == R_SELECTIVE], [flops_tok_fwd, sel_flops_tok], 0.0) * tokens_step
+    model_flops, recompute_flops = step_flops(k, rc, tokens_step, xp)
     denom = iteration * k.n_gpus * k.peak_precision
 
     # ---- breakdown (sums to the iteration time) ----
@@ -398,24 +383,6 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
         "_hetero_plan": hetero_plan,
         "_acct": acct,   # for the per-tier accounting (tiers.accounting), computed only on request
     }
-
-
-def host_launch_time(k, Ls, Ls_dense, Ls_moe, tp, cp, rc, xp):
-    """(forward, backward) host seconds to launch one micro-batch's kernels on the bottleneck
-    rank, or (None, None) without a host floor (``CostParams.host_layer_fwd_us`` 0).
-
-    Kernel launches are asynchronous: the host runs ahead of the GPU, and a pass takes the longer
-    of the GPU's work and the host's launches (the launch-bound regime of small kernels; CUDA
-    graphs exist to remove it). Forward: per layer the dense or MoE layer's kernels plus, at
-    tp > 1, its TP collectives and, at cp > 1, cp - 1 ring steps (``constants.HOST_KERNELS_*``); backward:
-    ``HOST_BACKWARD_OVER_FORWARD`` x that, plus the forward again under full recomputation. The
-    head and loss's few launches are left out."""
-    if k.host_s_dense <= 0.0:
-        return None, None
-    fwd = Ls_dense * k.host_s_dense + Ls_moe * k.host_s_moe \
-        + Ls * (xp.where(tp > 1, k.host_s_tp, 0.0) + (cp - 1.0) * k.host_s_cp_step)
-    bwd = C.HOST_BACKWARD_OVER_FORWARD * fwd + xp.where(rc == R_FULL, fwd, 0.0)
-    return fwd, bwd
 
 
 def evaluate(scenario: Scenario, config, params: CostParams | None = None, *, check: bool = True) -> "Evaluation":

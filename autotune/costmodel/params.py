@@ -76,7 +76,7 @@ class CostParams:
     and cudaLaunchKernel for its kernels (fitted on the runs at about 1.9 ms, far above launch
     latency alone: docs/cost_model.md). Launches are asynchronous, so the host runs ahead of the GPU,
     but a pass cannot finish before the host has issued it: a micro-batch's forward (backward)
-    takes at least its layers' host time (``iteration.host_launch_time``), which binds where
+    takes at least its layers' host time (``host_floor.host_launch_time``), which binds where
     kernels are small (small models, high TP, short micro-batches, fast GPUs). Other parts weigh
     in by kernel count (``constants.HOST_KERNELS_*``). 0: no host floor."""
     dp_collective_scale: float = 1.0

@@ -32,3 +32,16 @@ def selective_flops_per_token(k, attn_core_flops_tok):
                   + 2 * k.moe_frac * (moe_block * ("moe" in mods)
                                       + k.shared * k.expert_params * ("shared_experts" in mods and "moe" not in mods))
                   + 2 * sum(K_ * N_ for K_, N_ in k.mla_up_gemms) * ("mla_up_proj" in mods))
+
+
+def step_flops(k, rc, tokens_step, xp):
+    """(model FLOPs, recomputed FLOPs) of one step: 6 x active parameters per token plus the
+    attention core at the model's key count (non-causal: the PaLM / Megatron MFU convention) and
+    the head; recomputation re-runs the forward (full) or ``selective_flops_per_token``."""
+    act_params_layer = (k.attn_params + (1 - k.moe_frac) * k.dense_mlp_params
+                        + k.moe_frac * (k.moe_other_params - k.attn_params + k.top_k * k.expert_params))
+    attn_core_flops_tok = 2 * k.model_attn_keys * k.qv_width   # 4 s h for standard attention
+    flops_tok_fwd = k.L * (2 * act_params_layer + attn_core_flops_tok) + 2 * k.h * k.vocab
+    sel_flops_tok = selective_flops_per_token(k, attn_core_flops_tok)
+    recompute = xp.select([rc == R_FULL, rc == R_SELECTIVE], [flops_tok_fwd, sel_flops_tok], 0.0) * tokens_step
+    return 3 * flops_tok_fwd * tokens_step, recompute

@@ -68,3 +68,9 @@ class Evaluation:
                 "memory_deficit_bytes": self.memory_deficit_bytes, "feasible": self.feasible,
                 "reason": self.reason, "breakdown": self.breakdown, "traffic": self.traffic,
                 "exposure": self.exposure, "tiers": self.tiers}
+
+
+def public_outputs(out: dict, n: int) -> dict:
+    """Drop the simulator's internals; broadcast any output that came out scalar."""
+    import numpy as np
+    return {k: (v if np.ndim(v) else np.full(n, v)) for k, v in out.items() if not k.startswith("_")}
