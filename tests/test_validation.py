@@ -143,6 +143,8 @@ def test_spearman():
     assert V.spearman([1, 2, 3], [10, 20, 30]) == pytest.approx(1.0)
     assert V.spearman([1, 2, 3], [30, 20, 10]) == pytest.approx(-1.0)
     assert V.spearman([1, 2, 2, 3], [1, 2, 3, 4]) == pytest.approx(0.9486832980505138)  # ties share a rank
+    # an exact 0.8 (five rows, sum of squared rank differences 4) is 0.8, not numpy's 0.7999999999999999
+    assert V.spearman([1, 2, 3, 4, 5], [2, 1, 3, 5, 4]) >= 0.8
     assert V.spearman([5, 5, 5], [1, 2, 3]) is None and V.spearman([1, 2, 3], [7, 7, 7]) is None
 
 

@@ -50,11 +50,13 @@ def average_ranks(x) -> np.ndarray:
 
 def spearman(x, y) -> float | None:
     """Spearman's rho (Pearson correlation of average ranks; ties share their mean rank).
-    None when either side is constant (the correlation is undefined)."""
+    None when either side is constant (the correlation is undefined). Rounded to 12 decimals:
+    rho is a ratio of small integers' sums, and the floating-point residue (0.7999999999999999
+    for an exact 0.8 on five rows) must not decide a ">= 0.8" verdict."""
     rx, ry = average_ranks(x), average_ranks(y)
     if len(rx) < 2 or np.ptp(rx) == 0 or np.ptp(ry) == 0:
         return None
-    return float(np.corrcoef(rx, ry)[0, 1])
+    return round(float(np.corrcoef(rx, ry)[0, 1]), 12)
 
 
 def configuration_groups(cases) -> list[list[RunCase]]:
