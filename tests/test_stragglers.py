@@ -71,3 +71,7 @@ def test_policy_features_are_shares_of_the_time_before_the_wait():
     ev = evaluate(s, Config(tp=2, pp=1, dp=32, dp_flavour="zero1", micro_batch=1))
     shares = production_features(s, ev)[:len(FEATURE_BREAKDOWN_KEYS)]
     assert ev.breakdown["straggler_s"] > 0 and math.isclose(float(shares.sum()), 1.0, rel_tol=1e-5)
+    # a launch-bound pass (8B at tp 8, one sequence a micro-batch): the host gap is counted with compute
+    ev = evaluate(s, Config(tp=8, pp=1, dp=8, dp_flavour="zero1", micro_batch=1))
+    shares = production_features(s, ev)[:len(FEATURE_BREAKDOWN_KEYS)]
+    assert ev.breakdown["host_s"] > 0 and math.isclose(float(shares.sum()), 1.0, rel_tol=1e-5)

@@ -111,8 +111,9 @@ def scenario_features(s: Scenario) -> np.ndarray:
 
 
 FEATURE_BREAKDOWN_KEYS = tuple(k for k in BREAKDOWN_KEYS if k not in ("straggler_s", "host_s"))
-"""The breakdown terms the policy sees (compute through optimizer): the shipped policy was
-trained on these eight; the straggler wait and the host-launch gap, added later, are left out."""
+"""The breakdown terms the policy sees (compute through optimizer): eight, as the policy's input
+layer was built; the straggler wait is left out and the host-launch gap is counted in the compute
+share (``production_features``)."""
 
 
 def production_features(s: Scenario, ev) -> np.ndarray:
@@ -121,10 +122,11 @@ def production_features(s: Scenario, ev) -> np.ndarray:
     if ev is None:
         return np.zeros(len(FEATURE_BREAKDOWN_KEYS) + 1, dtype=np.float32)
     hbm = min(b.gpu.hbm_bytes for b in s.cluster.buildings)
-    # shares of the time before the straggler wait (they summed to 1 as the policy was trained; the
-    # host-launch gap, left out, now takes its share from that sum)
-    shares = [ev.breakdown[k] / (ev.iteration_time_s - ev.breakdown.get("straggler_s", 0.0))
-              for k in FEATURE_BREAKDOWN_KEYS]
+    # shares of the time before the straggler wait, summing to 1: the host-launch gap (a pass
+    # waiting on its host instead of its GPU work) is counted with the compute it lengthens
+    rest = ev.iteration_time_s - ev.breakdown.get("straggler_s", 0.0)
+    part = dict(ev.breakdown, compute_s=ev.breakdown["compute_s"] + ev.breakdown.get("host_s", 0.0))
+    shares = [part[k] / rest for k in FEATURE_BREAKDOWN_KEYS]
     return np.array([*shares, min(ev.memory_per_gpu_bytes / hbm, 2.0)], dtype=np.float32)
 
 
