@@ -195,3 +195,8 @@ HOST_BACKWARD_OVER_FORWARD = 1.0
 """Host time of a layer's backward over its forward's: about twice the kernels (input- and
 weight-gradient GEMMs, element-wise backward), launched by autograd's C++ engine without the
 forward's Python frames, at about half the per-kernel host cost (assumed)."""
+HOST_WGRAD_SHARE_OF_BACKWARD = 1.0 / 6.0
+"""Share of a layer's backward launches that belong to its weight-gradient pass: one weight-gradient
+GEMM per linear (4 in a dense layer: QKV, output projection, fc1, fc2) of about 24 backward
+launches (twice the forward's HOST_KERNELS_DENSE 12). The zero-bubble schedules run that pass on
+its own (Qi et al. 2024), so it is floored on its own; the rest floors the input-gradient pass."""

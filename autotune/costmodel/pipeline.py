@@ -13,7 +13,7 @@ from .xp import NUMPY
 S_GPIPE, S_1F1B, S_INTERLEAVED, S_ZB1P, S_ZB2P, S_ZBV, S_DUALPIPEV = PPSchedule.codes()   # codes: specs/codes.py
 
 
-def bubble_time(sched, p, v, t_f, t_b, t_w, xp=NUMPY, post_validation: bool = False):
+def bubble_time(sched, p, v, t_f, t_b, t_w, xp=NUMPY, post_validation: bool = False, m=None):
     """Idle time of the slowest rank beyond m (t_f + t_b + t_w).
 
     GPipe / 1F1B: (p-1)(t_f+t_b+t_w) (Huang et al. 2019; Narayanan et al. 2021).
@@ -29,15 +29,36 @@ def bubble_time(sched, p, v, t_f, t_b, t_w, xp=NUMPY, post_validation: bool = Fa
     chunk too, so its own span is the whole step (the event simulator agrees; post-validation is
     priced for ZB-2p only, the schedule Qi et al. give its bubble for).
     DeepSeek-V3's DualPipe bubble (p/2-1)(F&B+B-3W) is of the same order.
+
+    The zero-bubble forms assume enough micro-batches to fill the bubble. With ``m`` micro-batches
+    given and a synchronous step (docs/cost_model.md): a rank can fill its bubble with at most its
+    own m weight-gradient passes (m t_w in all), so the fill is min(k (p-1) t_w / v, m t_w) with k
+    the form's 1 or 2 (without the cap, a longer weight pass shortened the step at m < 2(p-1));
+    and the step is held to two critical paths that bound any schedule from below: the last
+    micro-batch's forward leaves the first rank after m - 1 others and crosses p v chunk stages,
+    its backward crosses them back, then the first rank runs its weight gradient:
+    (m - 1 + p v) t_f / v + p t_b + t_w / v; and the last rank starts (p - 1) t_f / v late, then
+    runs all of its work. Against the event simulator on random stage times the zero-bubble forms
+    were up to 97% too fast at m < p; ``experiments/zero_bubble_bounds.py`` measures both.
+    GPipe and 1F1B's exact forms are never below either path.
     """
     pm1 = p - 1.0
     full = t_f + t_b + t_w
     floor = 0.0 if post_validation else t_f          # the synchronous step's wait for the first forward
-    return xp.select(
+    capped = m is not None and not post_validation
+    fill1 = xp.minimum(pm1 * t_w, m * t_w) if capped else pm1 * t_w
+    fill2 = xp.minimum(2 * pm1 * t_w / v, m * t_w) * v if capped else 2 * pm1 * t_w
+    closed = xp.select(
         [sched == S_GPIPE, sched == S_1F1B, sched == S_INTERLEAVED, sched == S_ZB1P, sched == S_ZB2P],
-        [pm1 * full, pm1 * full, pm1 * full / v, pm1 * (t_f + t_b - t_w), pm1 * xp.maximum(floor, t_f + t_b - 2 * t_w)],
-        default=pm1 * xp.maximum(t_f, t_f + t_b - 2 * t_w) / v,
+        [pm1 * full, pm1 * full, pm1 * full / v, pm1 * (t_f + t_b) - fill1,
+         xp.maximum(pm1 * floor, pm1 * (t_f + t_b) - fill2)],
+        default=xp.maximum(pm1 * t_f, pm1 * (t_f + t_b) - fill2) / v,
     )
+    if not capped:
+        return closed
+    last_microbatch = (m - 1.0 + p * v) * t_f / v + p * t_b + t_w / v - m * full
+    last_rank = pm1 * t_f / v
+    return xp.maximum(closed, xp.maximum(last_microbatch, last_rank))
 
 
 def in_flight_microbatches(sched, p, v, m, xp=NUMPY):
