@@ -211,7 +211,7 @@ def test_small_kernels_at_high_tp_are_launch_bound():
     """A layer pass takes at least the host's time to issue it (host_floor.host_launch_time): at tp 8
     an 8B model's micro-batch of one sequence runs layers of about a millisecond of compute and
     TP collectives, so at 2 ms of host time a layer the passes wait for the host and the step
-    grows by the breakdown's host_s (times the straggler factor); at tp 1 with full recomputation
+    grows by about the breakdown's host_s; at tp 1 with full recomputation
     the same layers outlast their launches."""
     from autotune.costmodel.params import default_params
     scen = build_scenario("llama3-8b", "metro-2bldg")
@@ -224,5 +224,8 @@ def test_small_kernels_at_high_tp_are_launch_bound():
     host = w2.breakdown["host_s"]
     assert host > 0.05 * w2.iteration_time_s and w0.breakdown["host_s"] == 0.0
     grown = (w2.iteration_time_s - w0.iteration_time_s) / host
-    assert 1.0 <= grown < 1.1, grown          # the straggler factor scales it, nothing else moves
+    # the straggler factor scales it up; the longer passes hide more of the step-end DP exchange
+    # (host_floor.dp_windows), which takes back no more than the last pass's gap
+    hidden = w0.breakdown["dp_comm_s"] - w2.breakdown["dp_comm_s"]
+    assert 0.0 < hidden <= host / 8 * (1 + 1e-9) and 0.85 <= grown < 1.1, (grown, hidden)   # 8 micro-batches
     assert evaluate(scen, narrow, p2).breakdown["host_s"] == 0.0

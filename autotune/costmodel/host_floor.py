@@ -39,3 +39,13 @@ def host_gaps(f_, b_, w_, host_f, host_b, host_w, xp):
     gap_b = xp.maximum(0.0, host_b - b_)
     gap_w = xp.maximum(0.0, host_w - w_)
     return f_ + gap_f, b_ + gap_b, w_ + gap_w, gap_f + gap_b + gap_w
+
+
+def dp_windows(comp_f, comp_b, busy_f, busy_b, free_f, free_b, xp):
+    """(forward, backward) pass time a step-end DP collective can hide behind: the pass's compute
+    (``comp_*``) plus its host gap (``busy_*``, the pass without its exposed TP/CP/EP exchanges,
+    is compute plus gap), but no more of the gap than the FSDP gathers leave the link free
+    (``free_*``: the paced pass less its gathers); the gap of a gather-bound pass sits under the
+    gather, and counting it would let a slower host shorten the step."""
+    return (xp.minimum(xp.maximum(comp_f, busy_f), xp.maximum(comp_f, free_f)),
+            xp.minimum(xp.maximum(comp_b, busy_b), xp.maximum(comp_b, free_b)))

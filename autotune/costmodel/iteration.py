@@ -23,14 +23,13 @@ from .kernels import memory_bound_time_s
 from .memory import memory_per_gpu
 from .recompute import moe_block_rerun, step_flops, tp_collectives_rerun
 from .compute_pass import pass_compute
-from .host_floor import host_gaps, host_launch_time
+from .host_floor import dp_windows, host_gaps, host_launch_time
 from .hetero import hetero_shares, row_speeds, speed_types, typed_memory
 from .scenario_consts import FSDP_EVERY_PASS, FSDP_FORWARD, members_per_node, scenario_consts, tier_of_span
 from .tiers import accounting
 from .batch_order import CHUNK_ROWS, SORT_KEYS, SORT_MIN_ROWS, _branch_order  # noqa: F401 - public here too
 from .result import BREAKDOWN_KEYS, Evaluation, infeasible_reason, public_outputs  # noqa: F401 - public here too
 from .xp import NUMPY, SCALAR
-
 
 R_NONE, R_SELECTIVE, R_FULL = Recompute.codes()   # codes: specs/codes.py
 
@@ -291,11 +290,13 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
     T_pipe = infl * T_pace + waiting * cycle + bubble + 2 * D_chain
 
     # ---- DP exposure once per step ----
-    # hidden behind the last (first) micro-batch's backward (forward), or per model chunk under
-    # the interleaved schedule behind the last (first) round of micro-batches (sync_windows)
+    # hidden behind the last (first) micro-batch's backward (forward), or per model chunk under the
+    # interleaved schedule behind the last (first) round (sync_windows); a host gap is window too
     win, last = sync_windows(sc, pp, v, m, xp)
-    dp_grad_exposed = step_end_exposed(per_step_grad, t_b_comp + t_w_comp, calls_d, win, last, overlap, xp)
-    dp_param_exposed = step_end_exposed(per_step_param, t_f_comp, calls_d, win, last, overlap, xp)
+    pass_f, pass_b = dp_windows(t_f_comp, t_b_comp + t_w_comp, t_f - tp_f - cp_f - ep_f, t_b + t_w - tp_b - cp_b - ep_b,
+                                t_f_p - gather_f_mb, t_b_p - gather_b_mb + t_w, xp)
+    dp_grad_exposed = step_end_exposed(per_step_grad, pass_b, calls_d, win, last, overlap, xp)
+    dp_param_exposed = step_end_exposed(per_step_param, pass_f, calls_d, win, last, overlap, xp)
     dp_exposed = dp_grad_exposed + dp_param_exposed
 
     # ---- optimizer step (HBM bound) ----
