@@ -257,7 +257,7 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
             return xp.maximum(pace(t_f_comp / sp + x * (t_f - t_f_comp), t_b_comp / sp + x * (t_b - t_b_comp),
                                    t_w_comp / sp, xg * gather_f_mb, xg * gather_b_mb)[2], p2p_bw_bound)
         f1, b1, _ = pace(t_f, t_b, t_w, gather_f_mb, gather_b_mb)
-        fill = xp.where(pp > 1, bubble_time(sc, pp, v, f1, b1, t_w, xp, k.post_validation, m), 0.0)   # fill and drain at the even pace
+        fill = xp.where(pp > 1, bubble_time(sc, pp, v, f1, b1, t_w, xp, k.post_validation, m, t_w_comp), 0.0)   # fill and drain at the even pace
         speeds = row_speeds(types, pc.total, lambda kj: pass_compute(kj, p, batch, lay, xp, mb, cp, tp, ep, et, rc).total, xp)
         hs = hetero_shares(types, speeds, k.L, p, batch, m, pp, Ls, pace_at, fill, xp)
         t_f_comp, t_b_comp, t_w_comp = hs.compute * t_f_comp, hs.compute * t_b_comp, hs.compute * t_w_comp
@@ -286,7 +286,7 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
     cycle = xp.where(has_pp & (sc != S_GPIPE),
                      xp.maximum(T_pace + hop, round_trip / xp.maximum(infl, 1.0)), T_pace)
     waiting = m - infl                                # GPipe admits all m
-    bubble = xp.where(has_pp, bubble_time(sc, pp, v, t_f_p, t_b_p, t_w, xp, k.post_validation, m), 0.0)
+    bubble = xp.where(has_pp, bubble_time(sc, pp, v, t_f_p, t_b_p, t_w, xp, k.post_validation, m, t_w_comp), 0.0)
     T_pipe = infl * T_pace + waiting * cycle + bubble + 2 * D_chain
 
     # ---- DP exposure once per step ----

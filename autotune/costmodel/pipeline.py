@@ -13,7 +13,7 @@ from .xp import NUMPY
 S_GPIPE, S_1F1B, S_INTERLEAVED, S_ZB1P, S_ZB2P, S_ZBV, S_DUALPIPEV = PPSchedule.codes()   # codes: specs/codes.py
 
 
-def bubble_time(sched, p, v, t_f, t_b, t_w, xp=NUMPY, post_validation: bool = False, m=None):
+def bubble_time(sched, p, v, t_f, t_b, t_w, xp=NUMPY, post_validation: bool = False, m=None, w_fill=None):
     """Idle time of the slowest rank beyond m (t_f + t_b + t_w).
 
     GPipe / 1F1B: (p-1)(t_f+t_b+t_w) (Huang et al. 2019; Narayanan et al. 2021).
@@ -40,14 +40,18 @@ def bubble_time(sched, p, v, t_f, t_b, t_w, xp=NUMPY, post_validation: bool = Fa
     (m - 1 + p v) t_f / v + p t_b + t_w / v; and the last rank starts (p - 1) t_f / v late, then
     runs all of its work. Against the event simulator on random stage times the zero-bubble forms
     were up to 97% too fast at m < p; ``experiments/zero_bubble_bounds.py`` measures both.
-    GPipe and 1F1B's exact forms are never below either path.
+    GPipe and 1F1B's exact forms are never below either path. ``w_fill`` (default ``t_w``): the
+    weight pass's time the zero-bubble forms fill with; the cost model passes its GPU work, since a
+    weight pass that waits on its host does not fill more of the bubble than its work (with the
+    floored time, a slower host shortened a step whose pace another bound set).
     """
     pm1 = p - 1.0
     full = t_f + t_b + t_w
     floor = 0.0 if post_validation else t_f          # the synchronous step's wait for the first forward
     capped = m is not None and not post_validation
-    fill1 = xp.minimum(pm1 * t_w, m * t_w) if capped else pm1 * t_w
-    fill2 = xp.minimum(2 * pm1 * t_w / v, m * t_w) * v if capped else 2 * pm1 * t_w
+    wf = t_w if w_fill is None else w_fill
+    fill1 = xp.minimum(pm1 * wf, m * wf) if capped else pm1 * wf
+    fill2 = xp.minimum(2 * pm1 * wf / v, m * wf) * v if capped else 2 * pm1 * wf
     closed = xp.select(
         [sched == S_GPIPE, sched == S_1F1B, sched == S_INTERLEAVED, sched == S_ZB1P, sched == S_ZB2P],
         [pm1 * full, pm1 * full, pm1 * full / v, pm1 * (t_f + t_b) - fill1,
