@@ -39,9 +39,9 @@ def placement_times(model, **xb):
 @pytest.mark.parametrize("oversub", [1, 2.8, 4])
 def test_a_small_dense_model_ties_across_placements_where_it_waits_on_its_host(oversub):
     """Dense llama3-8b on 8,192 GPUs (512 tokens per GPU per step): the best DP-out and the best
-    PP-out configurations tie within 5% at every ratio up to 4:1 (when last measured PP-out ahead
-    by 3.7%, 3.5% and 3.3% at 1:1, 2.8:1 and 4:1; 2.4%, 2.2% and 2.1% before the twelfth session
-    floored the weight-gradient pass on its own and let the DP windows include the host gap).
+    PP-out configurations tie within 3% at every ratio up to 4:1 (when last measured PP-out ahead
+    by 2.5%, 2.3% and 2.2% at 1:1, 2.8:1 and 4:1; the twelfth session's first per-pass host floor,
+    which floored the weight gradients apart under every schedule, briefly put it at 3.3-3.7%).
 
     Regime: one 8k-token sequence per 16 GPUs leaves each layer pass less GPU work than its host
     takes to launch (the host floor, ``host_floor.host_launch_time``): DP-out's optimum (tp 8, cp 2,
@@ -51,7 +51,7 @@ def test_a_small_dense_model_ties_across_placements_where_it_waits_on_its_host(o
     interleaved schedule's per-chunk gradient sync, PP-out won by 3.2-12.1%. A verdict this close
     moves with every term of the model, which is why this test pins it as a tie."""
     dp, pp = placement_times("llama3-8b", oversubscription=oversub)
-    assert abs(dp / pp - 1.0) < 0.05
+    assert abs(dp / pp - 1.0) < 0.03
 
 
 @pytest.mark.slow

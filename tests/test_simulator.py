@@ -140,3 +140,22 @@ def test_zero_bubble_with_few_microbatches_against_the_simulator():
     with_m = 4 * 3.5 + float(bubble_time(np.array(CODE["zb1p"]), 8, 1, 1.0, 1.0, 1.5, m=4))
     assert sim == pytest.approx(25.0) and published == pytest.approx(17.5)
     assert with_m == pytest.approx(22.0) and published < with_m <= sim
+
+
+def test_post_validation_changes_only_zb2p_rows():
+    """Post-validation is priced for ZB-2p only: with it, ZB-H1 keeps the fill cap and the critical
+    paths (22 for 8 ranks, 4 micro-batches, F = B = 1, W = 1.5); ZB-2p takes Qi et al.'s form."""
+    def step(sched, pv):
+        return 4 * 3.5 + float(bubble_time(np.array(CODE[sched]), 8, 1, 1.0, 1.0, 1.5, post_validation=pv, m=4))
+    assert step("zb1p", True) == pytest.approx(step("zb1p", False)) == pytest.approx(22.0)
+    assert step("zb2p", True) == pytest.approx(4 * 3.5 + 7 * max(0.0, 2.0 - 3.0))
+
+
+def test_host_floor_splits_the_backward_only_where_the_schedule_does():
+    """1F1B runs input and weight gradients as one backward: one floor for both (no gap where their
+    work, 10.5, outlasts their launches, 5); a zero-bubble schedule floors its weight pass apart."""
+    from autotune.costmodel.host_floor import host_gaps
+    from autotune.costmodel.xp import SCALAR
+    one = host_gaps(1.0, 10.0, 0.5, 0.5, 4.0, 1.0, np.array(CODE["1f1b"]), SCALAR)
+    apart = host_gaps(1.0, 10.0, 0.5, 0.5, 4.0, 1.0, np.array(CODE["zb1p"]), SCALAR)
+    assert one == pytest.approx((1.0, 10.0, 0.5, 0.0)) and apart == pytest.approx((1.0, 10.0, 1.0, 0.5))

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from ..specs.codes import Recompute
 from . import constants as C
+from .pipeline import S_DUALPIPEV, S_ZB1P, S_ZB2P, S_ZBV
 
 R_FULL = Recompute.codes()[2]
 
@@ -27,24 +28,28 @@ def host_launch_time(k, Ls, Ls_dense, Ls_moe, tp, cp, rc, xp):
     return fwd, bwd - bwd_w + xp.where(rc == R_FULL, fwd, 0.0), bwd_w
 
 
-def host_gaps(f_, b_, w_, host_f, host_b, host_w, xp):
-    """(forward, input-gradient, weight-gradient, gap): a micro-batch's three passes, each lengthened
-    where the host's launches for it outlast its work, and the sum of the lengthenings; unchanged
-    without a floor (``host_f`` None). Each pass is floored on its own: the zero-bubble schedules
-    run the weight gradients apart from the input gradients, and a floor on their sum would move
-    the weight pass's host time onto the input-gradient pass, the critical one."""
+def host_gaps(f_, b_, w_, host_f, host_b, host_w, sched, xp):
+    """(forward, input-gradient, weight-gradient, gap): a micro-batch's three passes lengthened where
+    the host's launches for them outlast their work, and the sum of the lengthenings; unchanged
+    without a floor (``host_f`` None). The zero-bubble schedules (ZB-H1, ZB-H2, ZBV, DualPipeV) run
+    the weight gradients apart, so each of their passes is floored on its own; every other schedule
+    runs input and weight gradients as one backward, floored as one (its gap lands on the input
+    gradient, which it is counted with)."""
     if host_f is None:
         return f_, b_, w_, 0.0
+    apart = (sched == S_ZB1P) | (sched == S_ZB2P) | (sched == S_ZBV) | (sched == S_DUALPIPEV)
     gap_f = xp.maximum(0.0, host_f - f_)
-    gap_b = xp.maximum(0.0, host_b - b_)
-    gap_w = xp.maximum(0.0, host_w - w_)
+    gap_b = xp.where(apart, xp.maximum(0.0, host_b - b_), xp.maximum(0.0, host_b + host_w - b_ - w_))
+    gap_w = xp.where(apart, xp.maximum(0.0, host_w - w_), 0.0)
     return f_ + gap_f, b_ + gap_b, w_ + gap_w, gap_f + gap_b + gap_w
 
 
 def dp_windows(comp_f, comp_b, busy_f, busy_b, free_f, free_b, xp):
     """(forward, backward) pass time a step-end DP collective can hide behind: the pass's compute
     (``comp_*``) plus its host gap (``busy_*``, the pass without its exposed TP/CP/EP exchanges,
-    is compute plus gap), but no more of the gap than the FSDP gathers leave the link free
+    is compute plus gap; the weight pass's own gap is left out: the zero-bubble forms absorb it in
+    the bubble, so it does not lengthen the step), but no more of the gap than the FSDP gathers
+    leave the link free
     (``free_*``: the paced pass less its gathers); the gap of a gather-bound pass sits under the
     gather, and counting it would let a slower host shorten the step."""
     return (xp.minimum(xp.maximum(comp_f, busy_f), xp.maximum(comp_f, free_f)),

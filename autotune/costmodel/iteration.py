@@ -173,7 +173,7 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
         micro-batch with their exchanges and the host gap, their compute alone, their sum, and
         the host gap alone (``host_launch_time``; left out with ``with_host`` False)."""
         f_, b_ = t_f_comp + tp_f + cp_f + ep_f, t_b_comp + tp_b + cp_b + ep_b
-        f_, b_, w_, gap = host_gaps(f_, b_, t_w_comp, host_f if with_host else None, host_b, host_w, xp)
+        f_, b_, w_, gap = host_gaps(f_, b_, t_w_comp, host_f if with_host else None, host_b, host_w, sc, xp)
         return f_, b_, w_, t_f_comp + t_b_comp + t_w_comp, f_ + b_ + w_, gap
     # buildings of different speeds share the work by GPU work alone; the host floor applies to the
     # shares' result at the even split's launches per micro-batch: never below the even split's
@@ -257,7 +257,7 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
             return xp.maximum(pace(t_f_comp / sp + x * (t_f - t_f_comp), t_b_comp / sp + x * (t_b - t_b_comp),
                                    t_w_comp / sp, xg * gather_f_mb, xg * gather_b_mb)[2], p2p_bw_bound)
         f1, b1, _ = pace(t_f, t_b, t_w, gather_f_mb, gather_b_mb)
-        fill = xp.where(pp > 1, bubble_time(sc, pp, v, f1, b1, t_w, xp, k.post_validation, m, t_w_comp), 0.0)   # fill and drain at the even pace
+        fill = xp.where(pp > 1, bubble_time(sc, pp, v, f1, b1, t_w, xp, k.post_validation, m, xp.maximum(t_w, p2p_bw_bound - f1 - b1)), 0.0)   # fill and drain at the even pace
         speeds = row_speeds(types, pc.total, lambda kj: pass_compute(kj, p, batch, lay, xp, mb, cp, tp, ep, et, rc).total, xp)
         hs = hetero_shares(types, speeds, k.L, p, batch, m, pp, Ls, pace_at, fill, xp)
         t_f_comp, t_b_comp, t_w_comp = hs.compute * t_f_comp, hs.compute * t_b_comp, hs.compute * t_w_comp
@@ -286,14 +286,14 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
     cycle = xp.where(has_pp & (sc != S_GPIPE),
                      xp.maximum(T_pace + hop, round_trip / xp.maximum(infl, 1.0)), T_pace)
     waiting = m - infl                                # GPipe admits all m
-    bubble = xp.where(has_pp, bubble_time(sc, pp, v, t_f_p, t_b_p, t_w, xp, k.post_validation, m, t_w_comp), 0.0)
+    bubble = xp.where(has_pp, bubble_time(sc, pp, v, t_f_p, t_b_p, t_w, xp, k.post_validation, m, T_pace - t_f_p - t_b_p), 0.0)
     T_pipe = infl * T_pace + waiting * cycle + bubble + 2 * D_chain
 
     # ---- DP exposure once per step ----
     # hidden behind the last (first) micro-batch's backward (forward), or per model chunk under the
     # interleaved schedule behind the last (first) round (sync_windows); a host gap is window too
     win, last = sync_windows(sc, pp, v, m, xp)
-    pass_f, pass_b = dp_windows(t_f_comp, t_b_comp + t_w_comp, t_f - tp_f - cp_f - ep_f, t_b + t_w - tp_b - cp_b - ep_b,
+    pass_f, pass_b = dp_windows(t_f_comp, t_b_comp + t_w_comp, t_f - tp_f - cp_f - ep_f, t_b + t_w_comp - tp_b - cp_b - ep_b,
                                 t_f_p - gather_f_mb, t_b_p - gather_b_mb + t_w, xp)
     dp_grad_exposed = step_end_exposed(per_step_grad, pass_b, calls_d, win, last, overlap, xp)
     dp_param_exposed = step_end_exposed(per_step_param, pass_f, calls_d, win, last, overlap, xp)

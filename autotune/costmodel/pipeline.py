@@ -41,28 +41,30 @@ def bubble_time(sched, p, v, t_f, t_b, t_w, xp=NUMPY, post_validation: bool = Fa
     runs all of its work. Against the event simulator on random stage times the zero-bubble forms
     were up to 97% too fast at m < p; ``experiments/zero_bubble_bounds.py`` measures both.
     GPipe and 1F1B's exact forms are never below either path. ``w_fill`` (default ``t_w``): the
-    weight pass's time the zero-bubble forms fill with; the cost model passes its GPU work, since a
-    weight pass that waits on its host does not fill more of the bubble than its work (with the
-    floored time, a slower host shortened a step whose pace another bound set).
+    time a weight pass fills the bubble with; the cost model passes the paced cycle's time beyond
+    the forward and backward (the weight pass, plus the idle time a P2P-bound pace leaves in each
+    cycle), so that a longer weight pass inside a cycle whose pace another bound sets neither
+    lengthens nor shortens the step. Post-validation (Qi et al.'s unsynchronised step) is priced
+    for ZB-2p only: its rows keep the published form; every other row keeps the cap and bounds.
     """
     pm1 = p - 1.0
     full = t_f + t_b + t_w
-    floor = 0.0 if post_validation else t_f          # the synchronous step's wait for the first forward
-    capped = m is not None and not post_validation
     wf = t_w if w_fill is None else w_fill
-    fill1 = xp.minimum(pm1 * wf, m * wf) if capped else pm1 * wf
-    fill2 = xp.minimum(2 * pm1 * wf / v, m * wf) * v if capped else 2 * pm1 * wf
-    closed = xp.select(
-        [sched == S_GPIPE, sched == S_1F1B, sched == S_INTERLEAVED, sched == S_ZB1P, sched == S_ZB2P],
-        [pm1 * full, pm1 * full, pm1 * full / v, pm1 * (t_f + t_b) - fill1,
-         xp.maximum(pm1 * floor, pm1 * (t_f + t_b) - fill2)],
-        default=xp.maximum(pm1 * t_f, pm1 * (t_f + t_b) - fill2) / v,
-    )
-    if not capped:
-        return closed
-    last_microbatch = (m - 1.0 + p * v) * t_f / v + p * t_b + t_w / v - m * full
-    last_rank = pm1 * t_f / v
-    return xp.maximum(closed, xp.maximum(last_microbatch, last_rank))
+
+    def forms(fill1, fill2, floor):
+        return xp.select(
+            [sched == S_GPIPE, sched == S_1F1B, sched == S_INTERLEAVED, sched == S_ZB1P, sched == S_ZB2P],
+            [pm1 * full, pm1 * full, pm1 * full / v, pm1 * (t_f + t_b) - fill1,
+             xp.maximum(pm1 * floor, pm1 * (t_f + t_b) - fill2)],
+            default=xp.maximum(pm1 * t_f, pm1 * (t_f + t_b) - fill2) / v)
+    published = forms(pm1 * wf, 2 * pm1 * wf, 0.0 if post_validation else t_f)
+    if m is None:
+        return published
+    capped = forms(xp.minimum(pm1 * wf, m * wf), xp.minimum(2 * pm1 * wf / v, m * wf) * v, t_f)
+    # against the step's m paced cycles (t_f + t_b + w_fill each), which the caller adds
+    last_microbatch = (m - 1.0 + p * v) * t_f / v + p * t_b + t_w / v - m * (t_f + t_b + wf)
+    bounded = xp.maximum(capped, xp.maximum(last_microbatch, pm1 * t_f / v))
+    return xp.where(sched == S_ZB2P, published, bounded) if post_validation else bounded
 
 
 def in_flight_microbatches(sched, p, v, m, xp=NUMPY):
