@@ -49,8 +49,7 @@ def dp_windows(comp_f, comp_b, busy_f, busy_b, free_f, free_b, xp):
     (``comp_*``) plus its host gap (``busy_*``, the pass without its exposed TP/CP/EP exchanges,
     is compute plus gap; the weight pass's own gap is left out: the zero-bubble forms absorb it in
     the bubble, so it does not lengthen the step), but no more of the gap than the FSDP gathers
-    leave the link free
-    (``free_*``: the paced pass less its gathers); the gap of a gather-bound pass sits under the
-    gather, and counting it would let a slower host shorten the step."""
+    leave the link free (``free_*``: the paced pass less its gathers); the gap of a gather-bound
+    pass sits under the gather, and counting it would let a slower host shorten the step."""
     return (xp.minimum(xp.maximum(comp_f, busy_f), xp.maximum(comp_f, free_f)),
             xp.minimum(xp.maximum(comp_b, busy_b), xp.maximum(comp_b, free_b)))

@@ -57,14 +57,15 @@ def bubble_time(sched, p, v, t_f, t_b, t_w, xp=NUMPY, post_validation: bool = Fa
             [pm1 * full, pm1 * full, pm1 * full / v, pm1 * (t_f + t_b) - fill1,
              xp.maximum(pm1 * floor, pm1 * (t_f + t_b) - fill2)],
             default=xp.maximum(pm1 * t_f, pm1 * (t_f + t_b) - fill2) / v)
-    published = forms(pm1 * wf, 2 * pm1 * wf, 0.0 if post_validation else t_f)
     if m is None:
-        return published
+        return forms(pm1 * wf, 2 * pm1 * wf, 0.0 if post_validation else t_f)
     capped = forms(xp.minimum(pm1 * wf, m * wf), xp.minimum(2 * pm1 * wf / v, m * wf) * v, t_f)
     # against the step's m paced cycles (t_f + t_b + w_fill each), which the caller adds
     last_microbatch = (m - 1.0 + p * v) * t_f / v + p * t_b + t_w / v - m * (t_f + t_b + wf)
     bounded = xp.maximum(capped, xp.maximum(last_microbatch, pm1 * t_f / v))
-    return xp.where(sched == S_ZB2P, published, bounded) if post_validation else bounded
+    if not post_validation:
+        return bounded
+    return xp.where(sched == S_ZB2P, forms(pm1 * wf, 2 * pm1 * wf, 0.0), bounded)   # Qi et al.'s ZB-2p form
 
 
 def in_flight_microbatches(sched, p, v, m, xp=NUMPY):
