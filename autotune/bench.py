@@ -5,6 +5,7 @@ import time
 
 import numpy as np
 
+from .costmodel.heap import tune_heap
 from .costmodel.iteration import evaluate, evaluate_batch
 from .space import SearchSpace, config_at
 from .specs.presets import build_scenario
@@ -34,4 +35,5 @@ def run_bench(rows: int = 1 << 18, scalar_samples: int = 2000, repeats: int = 5,
             "space_size": space.legal_count(), "raw_space_size": space.raw_size(),
             "exhaustive_s": ex.elapsed_s, "exhaustive_best_iteration_time_s": ex.best_iteration_time_s,
             "exhaustive_feasible": ex.feasible_count,
-            "exact_search_effective_configs_per_s": space.legal_count() / ex.elapsed_s}
+            "exact_search_effective_configs_per_s": space.legal_count() / ex.elapsed_s,
+            "heap": tune_heap()}

@@ -8,11 +8,14 @@ SORT_KEYS = ("dp_flavour", "collective", "nccl_protocol", "placement", "pp_sched
 """Categorical knobs most of the model's branches test, most significant first."""
 SORT_MIN_ROWS = 2048
 """Smallest batch worth sorting (``_branch_order``)."""
-CHUNK_ROWS = 16384
-"""Rows per internal chunk: each temporary array (128 KiB) stays in cache and near glibc's mmap
-threshold, where whole-batch temporaries of several MiB are mmap'ed and page-faulted on every
-use. Measured on the bench space (llama3-405b x campus-5bldg, 262,144 rows, best of 8): 4,096
-rows 526k/s, 12,288 ~760k/s, 16,384 ~800k/s, 24,576 ~800k/s, 65,536 668k/s."""
+CHUNK_ROWS = 32768
+"""Rows per internal chunk: each temporary array (256 KiB) stays near the cache, and with the
+heap settings of ``heap.py`` freed temporaries are reused instead of page-faulted in again.
+Measured on the bench space (llama3-405b x campus-5bldg, 262,144 rows, best of 5, 2026-11-30,
+interleaved): with ``heap.py``'s settings 16,384 rows 1.07-1.10M/s, 24,576 1.13-1.21M/s,
+32,768 1.17-1.26M/s, 49,152 1.18-1.22M/s; with glibc's defaults 16,384 rows 0.89-0.92M/s and
+32,768 0.81-0.82M/s (the earlier choice, 16,384, was tuned under glibc's defaults: 4,096 rows
+526k/s, 65,536 668k/s then)."""
 
 
 def _branch_order(rows: dict):

@@ -24,6 +24,7 @@ from .memory import memory_per_gpu
 from .recompute import moe_block_rerun, step_flops, tp_collectives_rerun
 from .compute_pass import pass_compute
 from .host_floor import dp_windows, host_gaps, host_launch_time
+from .heap import tune_heap
 from .hetero import hetero_shares, row_speeds, speed_types, typed_memory
 from .scenario_consts import FSDP_EVERY_PASS, FSDP_FORWARD, members_per_node, scenario_consts, tier_of_span
 from .tiers import accounting
@@ -42,10 +43,10 @@ def evaluate_batch(scenario: Scenario, batch: dict, params: CostParams | None = 
     ``tiers``: add the per-tier, per-dimension accounting (``tiers.TIER_KEYS``; off on the hot path)."""
     p = params or default_params()
     n = len(batch["tp"])
+    tune_heap()                                   # once per process (heap.py: a speed matter only)
     if check:
         from ..space import rules_for
         rules_for(scenario).check_batch(batch)
-
     out: dict = {}
 
     def run(rows: dict, sl: slice, size: int):
@@ -67,7 +68,7 @@ def evaluate_batch(scenario: Scenario, batch: dict, params: CostParams | None = 
             if back is None:
                 out[k][sl] = v
             else:
-                out[k][sl] = v[back]
+                np.take(v, back, out=out[k][sl])
     for i in range(0, max(n, 1), CHUNK_ROWS):
         sl = slice(i, min(i + CHUNK_ROWS, n))
         run(batch if n <= CHUNK_ROWS else {k: v[sl] for k, v in batch.items()}, sl, sl.stop - sl.start)
