@@ -82,12 +82,14 @@ def run_strategy_curves(scenario: Scenario, strategy: str, budget: int, seeds: i
 
 
 def ppo_first_proposal_gap(scenario: Scenario, params, optimum: float, policy=None) -> float | None:
-    """Gap (%) of the PPO policy's deterministic proposal to the optimum, or None where it does
-    not fit in memory: what the agent answers in one shot. A study measures production first, so
-    its curve after one trial is production's time, not the agent's."""
-    from .agents.ppo import propose_for
+    """Gap (%) of the PPO agent's one-shot proposal to the optimum (``ppo.ranked_proposal``, as a
+    study's first PPO trial proposes it: ranked by the shipped calibration), or None where it does
+    not fit in memory. A study measures production first, so its curve after one trial is
+    production's time, not the agent's."""
+    from .agents.ppo import DEFAULT_POLICY, load, ranked_proposal
     from .costmodel import evaluate
-    cfg = propose_for(scenario, policy=policy)[0]
+    from .envs.design_points import make_point
+    cfg, _ = ranked_proposal(load(policy or DEFAULT_POLICY), make_point(scenario))
     e = evaluate(scenario, cfg, params, check=False)
     return 100.0 * (e.iteration_time_s / optimum - 1.0) if e.feasible else None
 

@@ -22,14 +22,42 @@ def test_propose_prints_the_one_shot_proposal_and_its_gap():
         assert p["iteration_time_s"] >= d["optimum_s"] * (1 - 1e-12) and p["gap_pct"] >= -1e-9
     b = d["proposals"][d["best_of_samples"]]
     assert b["iteration_time_s"] == min(p["iteration_time_s"] for p in feas)
-    # the first proposal is the deterministic one: the same on a second call
+    # the one-shot proposal is ranked among the raw action and its draws: never slower than the raw action
+    raw = d["policy_action"]
+    assert d["first"]["feasible"] and d["ranked_candidates"] >= 1
+    if raw["feasible"]:
+        assert d["first"]["iteration_time_s"] <= raw["iteration_time_s"] * (1 + 1e-12)
+    # deterministic: the same on a second call
     code, out, _ = run(["propose", *SCEN, "--no-gap", "--json"])
     assert code == 0 and json.loads(out)["first"]["config_text"] == d["first"]["config_text"]
     code, out, _ = run(["propose", *SCEN])
-    assert code == 0 and "one-shot proposal:" in out and "gap of the one-shot proposal" in out
+    assert code == 0 and "one-shot proposal (" in out and "gap of the one-shot proposal" in out
+    assert "the policy's raw action:" in out
+    # --rank-draws 0: the one-shot proposal is the raw action itself
+    code, out, _ = run(["propose", *SCEN, "--rank-draws", "0", "--json"])
+    d0 = json.loads(out)
+    assert code == 0 and d0["first"]["config_text"] == d0["policy_action"]["config_text"] == raw["config_text"]
+
+
+def test_ranked_proposal_beats_random_draws_of_the_same_count():
+    """The policy's draws carry what it learned: ranked the same way, the same number of uniform
+    random actions does worse on these generated unseen points (the experiment's control)."""
+    import numpy as np
+
+    from autotune.agents.ppo import DEFAULT_POLICY, load, ranked_proposal
+    from autotune.envs.design_points import DesignPointSet
+    from experiments.ppo_zero_shot import random_control
+    model = load(DEFAULT_POLICY)
+    ranked, control = [], []
+    for p in DesignPointSet(4, "unseen", 3).points:
+        ranked.append(ranked_proposal(model, p, 64)[1]["model_time_s"])
+        control.append(random_control(p, 65, 0))
+    assert np.median(np.array(ranked) / np.array(control)) < 1.0
 
 
 @pytest.mark.parametrize("args, option", [(["--samples", "0"], "--samples"), (["--samples", "9999"], "--samples"),
+                                          (["--rank-draws", "-1"], "--rank-draws"),
+                                          (["--rank-draws", "5000"], "--rank-draws"),
                                           (["--policy", "no-such-policy.zip"], "--policy")])
 def test_propose_bad_input_is_one_line(args, option):
     code, _, err = run(["propose", *SCEN, *args])
@@ -65,6 +93,16 @@ def test_compare_scores_ppo_by_its_own_first_proposal():
     gap = ppo_first_proposal_gap(scen, default_params(), opt)
     d = json.loads(run(["propose", *SCEN, "--json"])[1])
     assert gap == pytest.approx(d["first"]["gap_pct"], rel=1e-9, abs=1e-9)
+
+
+@pytest.mark.parametrize("value", ["abc", "-3", "99999", "1.5"])
+def test_ppo_rank_draws_option_is_checked(value):
+    from autotune.errors import UserInputError
+    from autotune.strategies import make_strategy
+    with pytest.raises(UserInputError, match="rank_draws"):
+        make_strategy("ppo", rank_draws=value)
+    with pytest.raises(UserInputError, match="rank_draws"):
+        make_strategy("ppo", no_such_option=1)
 
 
 def test_compare_writes_ppos_first_proposal(tmp_path):

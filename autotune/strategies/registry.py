@@ -18,7 +18,8 @@ def make_strategy(name: str, **options):
         if "unexpected keyword argument" not in str(e):
             raise
         import inspect
-        cls = {"guided": "autotune.strategies.guided.GuidedStrategy"}.get(name) or \
+        cls = {"guided": "autotune.strategies.guided.GuidedStrategy",
+               "ppo": "autotune.agents.ppo_strategy.PPOStrategy"}.get(name) or \
             ("autotune.strategies.optuna_samplers.OptunaStrategy" if name in OPTUNA else None)
         takes = "none"
         if cls:
