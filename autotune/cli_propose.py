@@ -1,10 +1,10 @@
 """``autotune propose``: a learned agent's one-shot proposal for a scenario, without a study
 (issue 16, item 3); ``cli.py`` registers it.
 
-The one-shot proposal is the fastest, by the cost model (``--params``), of the policy's
-deterministic action and ``--rank-draws`` draws of the policy (``agents.ppo.ranked_proposal``;
-no real trial is spent choosing it; ``--rank-draws 0`` gives the raw action); the raw action is
-reported beside it. ``--samples N`` adds N - 1 plain draws from the policy and reports the best
+The one-shot proposal is the fastest, by the shipped calibration (as a study's first PPO trial
+and ``compare`` rank it), of the policy's deterministic action and ``--rank-draws`` draws of the
+policy (``agents.ppo.ranked_proposal``; no real trial is spent choosing it; ``--rank-draws 0``
+gives the raw action); the raw action is reported beside it. ``--params`` times them. ``--samples N`` adds N - 1 plain draws from the policy and reports the best
 of all N. ``--gap`` also runs the exact search and states each proposal's gap to the optimum, so a
 user sees at once how far the one-shot answer is."""
 from __future__ import annotations
@@ -23,12 +23,12 @@ MAX_SAMPLES = 256
               help="the learned agent that proposes")
 @click.option("--policy", default=None, help="policy file (default: the shipped policy)")
 @click.option("--samples", type=int, default=1, show_default=True,
-              help=f"proposals: the deterministic one, then samples of the policy (1 to {MAX_SAMPLES})")
+              help=f"proposals: the one-shot one, then plain samples of the policy (1 to {MAX_SAMPLES})")
 @click.option("--gap/--no-gap", "with_gap", default=True, show_default=True,
               help="run the exact search too and give each proposal's gap to the optimum")
 @click.option("--rank-draws", type=int, default=None,
-              help="policy draws the one-shot proposal is chosen among by the cost model (default 256; 0: the "
-                   "policy's raw deterministic action)")
+              help="policy draws the one-shot proposal is chosen among by the cost model (default "
+                   "agents.ppo.RANK_DRAWS, 256; 0: the policy's raw deterministic action)")
 @params_option
 @click.option("--json", "as_json", is_flag=True)
 def propose(strategy, policy, samples, with_gap, rank_draws, params_file, as_json, **kw):
@@ -50,7 +50,7 @@ def propose(strategy, policy, samples, with_gap, rank_draws, params_file, as_jso
     from .space import SearchSpace
     space = SearchSpace(scen).require_legal()
     model, point = load(policy or DEFAULT_POLICY), make_point(scen, space)
-    first, info = ranked_proposal(model, point, rank_draws, params=params)
+    first, info = ranked_proposal(model, point, rank_draws)
     configs = [first] + policy_samples(model, point, n=samples, seed=0)[1:]
     evals = [evaluate(scen, c, params, check=False) for c in configs]
     raw = evaluate(scen, info["deterministic"], params, check=False)

@@ -81,15 +81,17 @@ def run_strategy_curves(scenario: Scenario, strategy: str, budget: int, seeds: i
             "median_elapsed_s": float(np.median(elapsed)), "curves": curves}
 
 
-def ppo_first_proposal_gap(scenario: Scenario, params, optimum: float, policy=None) -> float | None:
+def ppo_first_proposal_gap(scenario: Scenario, params, optimum: float, policy=None, rank_draws=None) -> float | None:
     """Gap (%) of the PPO agent's one-shot proposal to the optimum (``ppo.ranked_proposal``, as a
     study's first PPO trial proposes it: ranked by the shipped calibration), or None where it does
     not fit in memory. A study measures production first, so its curve after one trial is
     production's time, not the agent's."""
     from .agents.ppo import DEFAULT_POLICY, load, ranked_proposal
+    from .agents.ppo_strategy import PPOStrategy
     from .costmodel import evaluate
     from .envs.design_points import make_point
-    cfg, _ = ranked_proposal(load(policy or DEFAULT_POLICY), make_point(scenario))
+    draws = PPOStrategy(policy, rank_draws).rank_draws          # the study's own option, checked the same way
+    cfg, _ = ranked_proposal(load(policy or DEFAULT_POLICY), make_point(scenario), draws)
     e = evaluate(scenario, cfg, params, check=False)
     return 100.0 * (e.iteration_time_s / optimum - 1.0) if e.feasible else None
 
@@ -161,8 +163,9 @@ def run_compare(scenario: Scenario, strategies, budget: int, seeds: int, out_dir
     if bar:
         bar.close()
     if "ppo" in results:     # the agent's own answer, not the study's best after production went first
+        ppo_options = (strategy_options or {}).get("ppo") or {}
         results["ppo"]["first_proposal_gap_pct"] = ppo_first_proposal_gap(
-            scenario, params, opt["optimum_s"], ((strategy_options or {}).get("ppo") or {}).get("policy"))
+            scenario, params, opt["optimum_s"], ppo_options.get("policy"), ppo_options.get("rank_draws"))
     plot = out / f"{stem}.png"
     plot_curves(results, opt["optimum_s"], plot, f"{scenario.model.name} x {scenario.cluster.name}, {seeds} seeds")
     table = out / f"{stem}.md"
@@ -173,8 +176,8 @@ def run_compare(scenario: Scenario, strategies, budget: int, seeds: int, out_dir
         lines.append(f"| {name} | {r['median_gap_pct']:.2f} | {f(r['median_trials_to_1pct'])} | {f(r['median_trials_to_5pct'])} |")
     if "ppo" in results:
         g = results["ppo"]["first_proposal_gap_pct"]
-        lines.append(f"\nppo's own first (zero-shot) proposal: gap {g:.2f}%" if g is not None
-                     else "\nppo's own first (zero-shot) proposal does not fit in memory")
+        lines.append(f"\nppo's own first (one-shot) proposal: gap {g:.2f}%" if g is not None
+                     else "\nppo's own first (one-shot) proposal does not fit in memory")
     table.write_text("\n".join(lines) + "\n")
     data = {"scenario": scenario.summary(), "optimum_s": opt["optimum_s"], "legal_count": opt["legal_count"],
             "seed_baselines": seed_baselines,

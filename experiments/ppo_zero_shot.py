@@ -32,8 +32,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from autotune.agents.ppo import (DEFAULT_POLICY, RANK_DRAWS, RANK_TEMPERATURE, _Single, load, propose,
-                                 ranked_proposal, train)
+from autotune.agents.ppo import (DEFAULT_POLICY, RANK_DRAWS, RANK_TEMPERATURE, _Single, _temperatures, load,
+                                 propose, ranked_proposal, train)
+from autotune.baselines import production_config
 from autotune.configbatch import batch_from_configs
 from autotune.costmodel import evaluate, evaluate_batch
 from autotune.costmodel.params import default_params
@@ -47,14 +48,14 @@ def _perturbed_params():
     import importlib.util
     spec = importlib.util.spec_from_file_location("cold_search", Path(__file__).with_name("cold_search.py"))
     mod = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("cold_search", mod)          # dataclasses look their module up
+    sys.modules["cold_search"] = mod                    # dataclasses look their module up
     spec.loader.exec_module(mod)
     return mod.perturbed_params
 
 
-def random_control(point, draws: int, seed: int, timed_by=None) -> float:
-    """Time of the fastest by the shipped model of ``draws`` uniform random actions, as timed by
-    ``timed_by`` (params; default the shipped model); inf where none fits."""
+def random_control(point, draws: int, seed: int, timed_by=None) -> tuple:
+    """(time, distinct candidates): the fastest by the shipped model of ``draws`` uniform random
+    actions, as timed by ``timed_by`` (params; default the shipped model); inf where none fits."""
     env = ScaleAcrossEnv(design_points=_Single(point))
     env.reset(seed=seed)
     rng = np.random.default_rng(seed)
@@ -64,9 +65,9 @@ def random_control(point, draws: int, seed: int, timed_by=None) -> float:
     out = evaluate_batch(point.scenario, batch_from_configs(configs), check=False)
     t = np.where(out["feasible"], out["iteration_time_s"], np.inf)
     if not np.isfinite(t).any():
-        return math.inf
+        return math.inf, len(configs)
     e = evaluate(point.scenario, configs[int(np.argmin(t))], timed_by, check=False)
-    return e.iteration_time_s if e.feasible else math.inf
+    return (e.iteration_time_s if e.feasible else math.inf), len(configs)
 
 
 def main():
@@ -81,7 +82,8 @@ def main():
     ap.add_argument("--imitation-top-k", type=int, default=4)
     ap.add_argument("--samples", type=int, default=16, help="policy samples for the refined figure")
     ap.add_argument("--rank-draws", type=int, default=RANK_DRAWS, help="policy draws the ranked proposal is chosen among")
-    ap.add_argument("--temperature", type=float, default=RANK_TEMPERATURE, help="softmax temperature of those draws")
+    ap.add_argument("--temperature", default=str(RANK_TEMPERATURE), help="softmax temperature of those draws; "
+                    "a comma-separated list splits the draws evenly between them (the validation sweep: 1, 1,2, 1,2,4, 2)")
     ap.add_argument("--truth", action="store_true", help="time the optimum and every proposal by a perturbed "
                     "model per point (the ranking keeps the shipped calibration)")
     ap.add_argument("--seed", type=int, default=0)
@@ -95,7 +97,13 @@ def main():
     ap.add_argument("--skip-train", action="store_true")
     ap.add_argument("--out", default="experiments/out/ppo_zero_shot.json")
     a = ap.parse_args()
+    try:
+        temps = tuple(float(x) for x in a.temperature.split(","))
+        _temperatures(temps)
+    except ValueError:
+        ap.error(f"--temperature {a.temperature!r}: comma-separated finite values in (0, 100]")
     torch.set_num_threads(1)
+    torch.manual_seed(a.seed)                        # the refined figure's plain policy samples
     card = None
     if a.policy is None:
         a.policy = str(DEFAULT_POLICY if a.skip_train else Path("experiments/out/ppo_scale_across.zip"))
@@ -126,16 +134,18 @@ def main():
         zero = evals[0].iteration_time_s if evals[0].feasible else math.inf
         refined = min((e.iteration_time_s for e in evals if e.feasible), default=math.inf)
         t0 = time.perf_counter()
-        ranked_cfg, info = ranked_proposal(model, p, a.rank_draws, a.temperature, seed=a.seed)
+        ranked_cfg, info = ranked_proposal(model, p, a.rank_draws, temps if len(temps) > 1 else temps[0])
         t_rank = time.perf_counter() - t0
         ranked = evaluate(p.scenario, ranked_cfg, truth)
-        control = random_control(p, a.rank_draws + 1, a.seed, truth)
-        rows.append({"scenario": p.scenario.summary(), "optimum_s": opt, "production_s": p.production_s,
+        control, control_n = random_control(p, a.rank_draws + 1, a.seed, truth)
+        production = p.production_s if truth is None else \
+            evaluate(p.scenario, production_config(p.scenario, p.space), truth).iteration_time_s
+        rows.append({"scenario": p.scenario.summary(), "optimum_s": opt, "production_s": production,
                      "zero_shot_feasible": evals[0].feasible,
                      "zero_shot_gap_pct": 100 * (zero / opt - 1), "refined_gap_pct": 100 * (refined / opt - 1),
                      "ranked_feasible": ranked.feasible, "ranked_candidates": info["candidates"],
                      "ranked_gap_pct": 100 * ((ranked.iteration_time_s if ranked.feasible else math.inf) / opt - 1),
-                     "random_control_gap_pct": 100 * (control / opt - 1),
+                     "random_control_gap_pct": 100 * (control / opt - 1), "random_control_candidates": control_n,
                      "shipped_model_optimum_gap_pct": shipped_opt_gap,
                      "exhaustive_s": t_ex, "propose_s": t_prop, "ranked_s": t_rank})
         print(json.dumps({k: rows[-1][k] for k in ("zero_shot_gap_pct", "refined_gap_pct", "ranked_gap_pct",
@@ -145,7 +155,9 @@ def main():
                "median_zero_shot_gap_pct": float(np.median([r["zero_shot_gap_pct"] for r in rows])),
                "zero_shot_out_of_memory": sum(not r["zero_shot_feasible"] for r in rows),
                f"median_gap_after_{a.samples}_samples_pct": float(np.median([r["refined_gap_pct"] for r in rows])),
-               "rank_draws": a.rank_draws, "temperature": a.temperature,
+               "rank_draws": a.rank_draws, "temperature": list(temps),
+               "median_ranked_candidates": float(np.median([r["ranked_candidates"] for r in rows])),
+               "median_random_control_candidates": float(np.median([r["random_control_candidates"] for r in rows])),
                "median_ranked_gap_pct": float(np.median([r["ranked_gap_pct"] for r in rows])),
                "ranked_out_of_memory": sum(not r["ranked_feasible"] for r in rows),
                "median_random_control_gap_pct": float(np.median([r["random_control_gap_pct"] for r in rows])),

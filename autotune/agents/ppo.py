@@ -18,6 +18,7 @@
 from __future__ import annotations
 
 import json
+import math
 import time
 import zipfile
 from pathlib import Path
@@ -161,40 +162,66 @@ def propose(model, point, n: int = 1, seed: int = 0) -> list:
     return out
 
 
-def draw_actions(model, obs, masks, n: int, temperature: float, seed: int = 0) -> np.ndarray:
+MAX_TEMPERATURE = 100.0
+"""Largest softmax temperature ``draw_actions`` takes (beyond it the draws are uniform in effect)."""
+
+
+def _temperatures(temperature) -> tuple:
+    """``temperature`` as a tuple of finite values in (0, MAX_TEMPERATURE]; a ValueError otherwise."""
+    ts = tuple(temperature) if isinstance(temperature, (tuple, list)) else (temperature,)
+    if not ts or not all(isinstance(t, (int, float)) and math.isfinite(t) and 0 < t <= MAX_TEMPERATURE for t in ts):
+        raise ValueError(f"temperature {temperature!r}: finite values in (0, {MAX_TEMPERATURE:g}]")
+    return tuple(float(t) for t in ts)
+
+
+def draw_actions(model, obs, masks, n: int, temperature=RANK_TEMPERATURE, seed: int = 0) -> np.ndarray:
     """``n`` actions drawn from the policy's per-knob categorical distributions with each knob's
-    logits divided by ``temperature`` (masked indices keep their near-zero probability)."""
+    logits divided by ``temperature``; a tuple of temperatures splits the ``n`` draws evenly
+    between them. Masked indices are excluded after the division (never drawn at any
+    temperature). The same ``seed`` gives the same draws."""
     import torch
+    ts = _temperatures(temperature)
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         dist = model.policy.get_distribution(torch.as_tensor(obs[None]), action_masks=masks[None])
-        cols = [torch.multinomial(torch.softmax(d.logits[0] / temperature, -1), n, replacement=True,
-                                  generator=g).numpy() for d in dist.distributions]
-    return np.stack(cols, axis=1)
+        knob_masks = torch.split(torch.as_tensor(np.asarray(masks, dtype=bool)),
+                                 [len(d.logits[0]) for d in dist.distributions])
+        parts = []
+        for k, t in enumerate(ts):
+            m = n // len(ts) + (1 if k < n % len(ts) else 0)
+            if not m:
+                continue
+            cols = [torch.multinomial(torch.softmax(torch.where(mk, d.logits[0] / t, -torch.inf), -1), m,
+                                      replacement=True, generator=g).numpy()
+                    for d, mk in zip(dist.distributions, knob_masks)]
+            parts.append(np.stack(cols, axis=1))
+    return np.concatenate(parts) if parts else np.zeros((0, len(knob_masks)), dtype=np.int64)
 
 
-def ranked_proposal(model, point, draws: int = RANK_DRAWS, temperature: float = RANK_TEMPERATURE, seed: int = 0,
-                    params=None) -> tuple:
+def ranked_proposal(model, point, draws: int = RANK_DRAWS, temperature=RANK_TEMPERATURE, params=None) -> tuple:
     """The one-shot proposal: the policy's deterministic action and ``draws`` draws at
-    ``temperature``, decoded (every one legal and fitting by the memory model), the distinct
-    configurations scored by the cost model (``params``; default: the shipped calibration) in one
-    batch, the fastest kept. Returns (config, info): info has the deterministic configuration, the
-    number of distinct candidates and the chosen one's modelled time. ``draws`` 0: the raw action."""
+    ``temperature`` (a fixed seed: the answer depends on the policy and the design point only, so a
+    study's first PPO trial, ``autotune propose`` and ``compare`` agree), decoded (every one legal
+    and fitting by the memory model), the distinct configurations scored by the cost model
+    (``params``; default and what those three use: the shipped calibration) in one batch, the
+    fastest that fits kept (else the deterministic one). Returns (config, info): info has the
+    deterministic configuration, the number of distinct candidates and the chosen one's modelled
+    time (inf where it does not fit). ``draws`` 0: the raw action."""
     from autotune.configbatch import batch_from_configs
     from autotune.costmodel import evaluate_batch
     env = ScaleAcrossEnv(design_points=_Single(point))
-    obs, _ = env.reset(seed=seed)
+    obs, _ = env.reset(seed=0)
     masks = env.action_masks()
     det, _ = model.predict(obs, action_masks=masks, deterministic=True)
     actions = [tuple(np.asarray(det).tolist())]
     if draws:
-        actions += [tuple(a) for a in draw_actions(model, obs, masks, draws, temperature, seed).tolist()]
+        actions += [tuple(a) for a in draw_actions(model, obs, masks, draws, temperature, seed=0).tolist()]
     configs = list({c.model_dump_json(): c for c in (env.decode(np.array(a)) for a in dict.fromkeys(actions))}.values())
     out = evaluate_batch(point.scenario, batch_from_configs(configs), params, check=False)
     t = np.where(out["feasible"], out["iteration_time_s"], np.inf)
     i = int(np.argmin(t)) if np.isfinite(t).any() else 0
-    return configs[i], {"deterministic": configs[0], "candidates": len(configs),
-                        "model_time_s": float(out["iteration_time_s"][i]), "draws": draws, "temperature": temperature}
+    return configs[i], {"deterministic": configs[0], "candidates": len(configs), "model_time_s": float(t[i]),
+                        "draws": draws, "temperature": temperature}
 
 
 def propose_for(scenario, space=None, n: int = 1, policy=None) -> list:

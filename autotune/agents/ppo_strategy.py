@@ -39,8 +39,9 @@ class PPOStrategy(Strategy):
         self._env = ScaleAcrossEnv(design_points=_One())
         self._obs, _ = self._env.reset(seed=seed)
         self._masks = self._env.action_masks()
-        # the one-shot answer depends on the scenario and the seed only: a resumed worker gives the same
-        self._first, _ = ranked_proposal(self._model, point, self.rank_draws, seed=seed)
+        # the one-shot answer depends on the policy and the scenario only (ranked_proposal's fixed
+        # seed): a resumed or parallel worker, any study seed, `propose` and `compare` give the same
+        self._first, _ = ranked_proposal(self._model, point, self.rank_draws)
 
     def propose(self, study):
         """The one-shot answer while the study holds none of this strategy's proposals; then

@@ -8,8 +8,11 @@ SORT_KEYS = ("dp_flavour", "collective", "nccl_protocol", "placement", "pp_sched
 """Categorical knobs most of the model's branches test, most significant first."""
 SORT_MIN_ROWS = 2048
 """Smallest batch worth sorting (``_branch_order``)."""
+CHUNK_ROWS_DEFAULT_HEAP = 16384
+"""Rows per internal chunk under glibc's own heap settings (``AUTOTUNE_HEAP=default``, other C
+libraries): the best there (0.89-0.92M/s against 0.81-0.82M/s at 32,768 rows)."""
 CHUNK_ROWS = 32768
-"""Rows per internal chunk: each temporary array (256 KiB) stays near the cache, and with the
+"""Rows per internal chunk with ``heap.py``'s settings: each temporary array (256 KiB) stays near the cache, and with the
 heap settings of ``heap.py`` freed temporaries are reused instead of page-faulted in again.
 Measured on the bench space (llama3-405b x campus-5bldg, 262,144 rows, best of 5, 2026-11-30,
 interleaved): with ``heap.py``'s settings 16,384 rows 1.07-1.10M/s, 24,576 1.13-1.21M/s,

@@ -28,7 +28,7 @@ from .heap import tune_heap
 from .hetero import hetero_shares, row_speeds, speed_types, typed_memory
 from .scenario_consts import FSDP_EVERY_PASS, FSDP_FORWARD, members_per_node, scenario_consts, tier_of_span
 from .tiers import accounting
-from .batch_order import CHUNK_ROWS, SORT_KEYS, SORT_MIN_ROWS, _branch_order  # noqa: F401 - public here too
+from .batch_order import CHUNK_ROWS, CHUNK_ROWS_DEFAULT_HEAP, SORT_KEYS, SORT_MIN_ROWS, _branch_order  # noqa: F401
 from .result import BREAKDOWN_KEYS, Evaluation, infeasible_reason, public_outputs  # noqa: F401 - public here too
 from .xp import NUMPY, SCALAR
 
@@ -40,10 +40,12 @@ def evaluate_batch(scenario: Scenario, batch: dict, params: CostParams | None = 
     """Iteration time, breakdown, memory and feasibility of every configuration in ``batch``.
     ``check``: first raise a one-line UserInputError naming the first rule a row breaks
     (``SearchSpace.violations``); callers whose rows come from a SearchSpace pass False.
-    ``tiers``: add the per-tier, per-dimension accounting (``tiers.TIER_KEYS``; off on the hot path)."""
+    ``tiers``: add the per-tier, per-dimension accounting (``tiers.TIER_KEYS``; off on the hot path).
+    The first call raises glibc's heap thresholds for the process (``heap.py``: freed temporaries
+    are kept for reuse; ``AUTOTUNE_HEAP=default`` opts out)."""
     p = params or default_params()
     n = len(batch["tp"])
-    tune_heap()                                   # once per process (heap.py: a speed matter only)
+    chunk = CHUNK_ROWS if tune_heap() == "tuned" else CHUNK_ROWS_DEFAULT_HEAP    # heap.py: speed only
     if check:
         from ..space import rules_for
         rules_for(scenario).check_batch(batch)
@@ -65,13 +67,13 @@ def evaluate_batch(scenario: Scenario, batch: dict, params: CostParams | None = 
         for k, v in public_outputs(part, size).items():
             if k not in out:
                 out[k] = np.empty(n, dtype=v.dtype)
-            if back is None:
-                out[k][sl] = v
+            if back is None or v.dtype != out[k].dtype:
+                out[k][sl] = v if back is None else v[back]
             else:
-                np.take(v, back, out=out[k][sl])
-    for i in range(0, max(n, 1), CHUNK_ROWS):
-        sl = slice(i, min(i + CHUNK_ROWS, n))
-        run(batch if n <= CHUNK_ROWS else {k: v[sl] for k, v in batch.items()}, sl, sl.stop - sl.start)
+                np.take(v, back, out=out[k][sl], mode="clip")      # "clip": no buffer (back is a permutation)
+    for i in range(0, max(n, 1), chunk):
+        sl = slice(i, min(i + chunk, n))
+        run(batch if n <= chunk else {k: v[sl] for k, v in batch.items()}, sl, sl.stop - sl.start)
     return out
 
 
