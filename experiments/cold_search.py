@@ -41,12 +41,14 @@ from autotune.envs.design_points import DesignPointSet
 from autotune.specs import Config
 from autotune.sweep import dataclass_args
 
-STRATEGIES = {"tpe": ("tpe", {}, {}), "tpe_model": ("tpe", {"startup": "model"}, {}),
+STRATEGIES = {"tpe": ("tpe", {"startup": "legal"}, {}), "tpe_model": ("tpe", {"startup": "model"}, {}),
               "tpe_fits": ("tpe", {"startup": "fits"}, {}),
-              "tpe_constraint": ("tpe", {}, {"infeasible": "constraint"}), "guided": ("guided", {}, {}),
+              "tpe_constraint": ("tpe", {"startup": "legal"}, {"infeasible": "constraint"}), "guided": ("guided", {}, {}),
               "random": ("random", {}, {})}
 """name: (strategy, strategy options, study options). tpe_constraint: out of memory as an Optuna
-constraint (its deficit informs the sampler) instead of a failed trial."""
+constraint (its deficit informs the sampler) instead of a failed trial. The start-up is given
+explicitly: a study's default (``optuna_samplers.default_startup``) is ``model`` here, where the
+backend runs under another calibration, so plain ``tpe`` would be ``tpe_model``."""
 
 PERTURBATION = {
     # parameter: (low factor, high factor) around the shipped value, drawn log-uniformly

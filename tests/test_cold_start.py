@@ -65,3 +65,29 @@ def test_startup_through_the_cli(tmp_path):
     assert json.loads(out)["n_trials"] >= 3
     code, out, err = run(base + ["--study-name", "bad", "--strategy-option", "startup=best"])
     assert code == 2 and "startup" in err and "legal, fits, model, index" in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_studys_default_startup_is_the_model_wherever_the_model_is_a_prior(tmp_path):
+    """No ``startup`` given: the shipped model's diverse top batch first on a backend that is not the
+    shipped cost model (here the cost model under another calibration); uniform legal draws on the
+    shipped cost model itself, where the model's top would be the objective's optimum."""
+    import json as _json
+
+    from autotune.strategies.optuna_samplers import default_startup
+    assert default_startup("costmodel", {}) == default_startup(None, {}) == "legal"
+    assert default_startup("costmodel", {"params": "p.yaml"}) == "model"
+    assert default_startup("local-torch", {}) == default_startup("command", {"template": "x"}) == "model"
+    scen = build_scenario("llama3-8b", "metro-2bldg", gpus=64)
+    expected = [config_key(c.model_dump()) for c in diverse_batch(rank(SearchSpace(scen), scen, 512), set(), 4)]
+    params = tmp_path / "p.json"
+    from autotune.costmodel.params import default_params
+    params.write_text(_json.dumps({"params": default_params().with_values(network_efficiency=0.5).to_dict()}))
+    storage = f"sqlite:///{tmp_path}/s.db"
+
+    def first(name, **kw):
+        StudyRunner(scen, strategy="tpe", trials=4, storage=storage, study_name=name, track=False, baselines=(),
+                    **kw).run()
+        st = optuna.load_study(study_name=name, storage=storage)
+        return [config_key(t.user_attrs["config"]) for t in sorted(st.trials, key=lambda t: t.number)]
+    assert first("prior", backend="costmodel", backend_options={"params": str(params)}) == expected
+    assert first("objective") != expected

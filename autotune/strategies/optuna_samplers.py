@@ -8,10 +8,11 @@ from .base import SAMPLER, Strategy
 from .samplers import CONSTRAINT_KEY, STARTUP_TRIALS, SUPPORTS_CONSTRAINTS, make_sampler  # noqa: F401 - public here too
 
 STARTUPS = ("legal", "fits", "model", "index")
-"""How TPE's start-up trials are drawn (``--strategy-option startup=...``):
+"""How TPE's start-up trials are drawn (``--strategy-option startup=...``; a study's default is
+``default_startup``'s: ``model`` wherever the model is a prior, ``legal`` where it is the objective):
 
-- ``legal``: uniformly from the legal space (the default). Index vectors drawn uniformly are not
-  uniform over legal configurations once decoded.
+- ``legal``: uniformly from the legal space. Index vectors drawn uniformly are not uniform over
+  legal configurations once decoded.
 - ``fits``: uniformly from the legal configurations the memory model says fit (of 256 legal
   draws, the first that fits; a legal draw if none does). Uses the memory model only, not the
   time model: what a user checks anyway before launching a run.
@@ -21,6 +22,17 @@ STARTUPS = ("legal", "fits", "model", "index")
   is a prior and not the objective. On the cost-model backend it hands TPE the objective's own
   optimum, so ``compare`` on the cost model keeps ``legal``.
 - ``index``: TPE's own start-up over index vectors (the ablation's baseline)."""
+
+
+def default_startup(backend: str | None, backend_options: dict) -> str:
+    """A TPE study's start-up when ``startup`` is not given: ``legal`` on the cost-model backend at
+    the shipped calibration (there the model's top batch would be the objective's own optimum, so
+    TPE would be judged on nothing), ``model`` on every other backend (real runs, plugins, the cost
+    model under another calibration): what the project knows is the best first guess there.
+    Measured on generated scenarios against a perturbed "truth" (README, ``experiments/cold_search.py``)."""
+    if (backend or "costmodel") == "costmodel" and not backend_options.get("params"):
+        return "legal"
+    return "model"
 
 
 class OptunaStrategy(Strategy):

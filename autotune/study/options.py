@@ -143,7 +143,11 @@ def resolve(g: Given, attrs: dict | None, name: str, track: bool) -> Resolved:
             raise UserInputError(f"--backend-option {k}", "(not given)",
                                  f"the value study {name!r} was created with, {stored['backend_options'][k]!r}: its "
                                  "secret is not stored with the study, so give it to every worker and resume")
-    strategy = make_strategy(value["strategy"], **s_opts)
+    made = s_opts
+    if value["strategy"] == "tpe" and "startup" not in s_opts:   # derived from what is stored: resumes alike
+        from ..strategies.optuna_samplers import default_startup
+        made = s_opts | {"startup": default_startup(value["backend"], b_opts)}
+    strategy = make_strategy(value["strategy"], **made)
     backend = get_backend(value["backend"], **b_opts) if g.backend is None or isinstance(g.backend, str) else g.backend
     check_against(given, stored, name, False)
     tracking_uri = _tracking_uri(g.tracking_uri, stored, masked, name, track)
