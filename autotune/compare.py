@@ -156,8 +156,12 @@ def run_compare(scenario: Scenario, strategies, budget: int, seeds: int, out_dir
     if progress:
         from tqdm import tqdm
         bar = tqdm(total=len(strategies) * seeds, desc="compare", unit="run")
+    # compare judges samplers against the objective's optimum: TPE starts up uniformly unless told
+    # otherwise (the model's start-up would start it at or near the optimum it is judged against)
+    options = {s: ({"startup": "legal"} if s == "tpe" else {}) | ((strategy_options or {}).get(s) or {})
+               for s in strategies}
     results = {s: run_strategy_curves(scenario, s, budget, seeds, opt["optimum_s"],
-                                      bar.update if bar else None, (strategy_options or {}).get(s),
+                                      bar.update if bar else None, options[s] or None,
                                       seed_baselines=seed_baselines, known_baselines=base, **runner_options)
                for s in strategies}
     if bar:

@@ -73,21 +73,28 @@ def test_a_studys_default_startup_is_the_model_wherever_the_model_is_a_prior(tmp
     shipped cost model itself, where the model's top would be the objective's optimum."""
     import json as _json
 
+    from autotune.backends import CostModelBackend, get_backend
+    from autotune.costmodel.params import default_params
     from autotune.strategies.optuna_samplers import default_startup
-    assert default_startup("costmodel", {}) == default_startup(None, {}) == "legal"
-    assert default_startup("costmodel", {"params": "p.yaml"}) == "model"
-    assert default_startup("local-torch", {}) == default_startup("command", {"template": "x"}) == "model"
+    shipped = "autotune/data/calibration.yaml"
+    assert default_startup(CostModelBackend()) == default_startup(CostModelBackend(shipped)) == "legal"
+    assert default_startup(CostModelBackend(default_params().with_values(network_efficiency=0.5))) == "model"
+    assert default_startup(get_backend("local-torch")) == "model"
     scen = build_scenario("llama3-8b", "metro-2bldg", gpus=64)
     expected = [config_key(c.model_dump()) for c in diverse_batch(rank(SearchSpace(scen), scen, 512), set(), 4)]
     params = tmp_path / "p.json"
-    from autotune.costmodel.params import default_params
     params.write_text(_json.dumps({"params": default_params().with_values(network_efficiency=0.5).to_dict()}))
     storage = f"sqlite:///{tmp_path}/s.db"
 
-    def first(name, **kw):
-        StudyRunner(scen, strategy="tpe", trials=4, storage=storage, study_name=name, track=False, baselines=(),
-                    **kw).run()
+    def first(name, trials=4, **kw):
+        r = StudyRunner(scen, strategy="tpe", trials=trials, storage=storage, study_name=name, track=False,
+                        baselines=(), **kw)
+        r.run()
         st = optuna.load_study(study_name=name, storage=storage)
-        return [config_key(t.user_attrs["config"]) for t in sorted(st.trials, key=lambda t: t.number)]
-    assert first("prior", backend="costmodel", backend_options={"params": str(params)}) == expected
-    assert first("objective") != expected
+        return r.strategy.startup, [config_key(t.user_attrs["config"]) for t in sorted(st.trials, key=lambda t: t.number)]
+    assert first("prior", backend="costmodel", backend_options={"params": str(params)}) == ("model", expected)
+    assert first("objective")[0] == "legal"
+    # the study stores what it took: resumed (its backend and options from storage) it goes on alike
+    first("resumed", 2, backend="costmodel", backend_options={"params": str(params)})
+    assert first("resumed", 2) == ("model", expected)
+    assert first("objective", 2, strategy_options={"startup": "legal"})[0] == "legal"   # the stored value, given

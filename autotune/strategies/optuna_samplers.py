@@ -24,13 +24,17 @@ STARTUPS = ("legal", "fits", "model", "index")
 - ``index``: TPE's own start-up over index vectors (the ablation's baseline)."""
 
 
-def default_startup(backend: str | None, backend_options: dict) -> str:
-    """A TPE study's start-up when ``startup`` is not given: ``legal`` on the cost-model backend at
-    the shipped calibration (there the model's top batch would be the objective's own optimum, so
-    TPE would be judged on nothing), ``model`` on every other backend (real runs, plugins, the cost
+def default_startup(backend) -> str:
+    """A new TPE study's start-up when ``startup`` is not given, from the backend as built:
+    ``legal`` on the cost-model backend at the shipped calibration (its parameters compared, not
+    its options' spelling: there the model's top batch would be the objective's own optimum, so TPE
+    would be judged on nothing), ``model`` on every other backend (real runs, plugins, the cost
     model under another calibration): what the project knows is the best first guess there.
-    Measured on generated scenarios against a perturbed "truth" (README, ``experiments/cold_search.py``)."""
-    if (backend or "costmodel") == "costmodel" and not backend_options.get("params"):
+    The study stores the result, so resumes and workers keep it. Measured on generated scenarios
+    against a perturbed "truth" (README, ``experiments/cold_search.py``)."""
+    from ..backends import CostModelBackend
+    from ..costmodel.params import default_params
+    if isinstance(backend, CostModelBackend) and backend.params in (None, default_params()):
         return "legal"
     return "model"
 

@@ -143,12 +143,13 @@ def resolve(g: Given, attrs: dict | None, name: str, track: bool) -> Resolved:
             raise UserInputError(f"--backend-option {k}", "(not given)",
                                  f"the value study {name!r} was created with, {stored['backend_options'][k]!r}: its "
                                  "secret is not stored with the study, so give it to every worker and resume")
-    made = s_opts
-    if value["strategy"] == "tpe" and "startup" not in s_opts:   # derived from what is stored: resumes alike
-        from ..strategies.optuna_samplers import default_startup
-        made = s_opts | {"startup": default_startup(value["backend"], b_opts)}
-    strategy = make_strategy(value["strategy"], **made)
     backend = get_backend(value["backend"], **b_opts) if g.backend is None or isinstance(g.backend, str) else g.backend
+    if value["strategy"] == "tpe" and "startup" not in s_opts:
+        # a new study takes the backend's default and stores it; one stored without a start-up was
+        # created when `legal` was every study's default, and keeps it
+        from ..strategies.optuna_samplers import default_startup
+        s_opts = s_opts | {"startup": default_startup(backend) if attrs is None else "legal"}
+    strategy = make_strategy(value["strategy"], **s_opts)
     check_against(given, stored, name, False)
     tracking_uri = _tracking_uri(g.tracking_uri, stored, masked, name, track)
     experiment = g.experiment if g.experiment is not None else stored.get("experiment")
