@@ -150,6 +150,7 @@ class Tracker:
                     self.client.log_batch(run_id, metrics=[Metric(k, float(v), now, 0) for k, v in metrics.items()],
                                           params=[Param(k, str(v)[:6000]) for k, v in params.items()])
                     self.client.set_terminated(run_id)
+                    self._keep_one(number)
                 elif item[0] == "study":
                     _, params, metrics = item
                     self.client.log_batch(self.parent_id,
@@ -167,6 +168,25 @@ class Tracker:
                     return type(e).__name__ if _unreachable(e) else ""
                 time.sleep(0.2 * (attempt + 1))
         return ""
+
+    def _keep_one(self, number: int) -> None:
+        """Two workers can both pass ``_already_logged`` for one trial before either has written
+        (CI caught trial 7 of a shared study logged twice). After writing, every writer keeps
+        the finished child run with the smallest run id and deletes the others: whichever writer
+        looks last sees both runs, so exactly one is left; a run already deleted by the other
+        writer is skipped. Only finished runs are touched, never one still being written."""
+        try:
+            runs = self.client.search_runs([self.experiment_id], max_results=100,
+                                           filter_string=f"tags.`mlflow.parentRunId` = '{self.parent_id}' and "
+                                                         f"tags.`autotune.trial` = '{number}' and "
+                                                         "attributes.status = 'FINISHED'")
+        except Exception:  # noqa: BLE001 - the trial is logged; a duplicate is the lesser harm
+            return
+        for r in sorted(runs, key=lambda r: r.info.run_id)[1:]:
+            try:
+                self.client.delete_run(r.info.run_id)
+            except Exception:  # noqa: BLE001 - the other writer deleted it first
+                pass
 
     def _already_logged(self, number: int) -> bool:
         runs = self.client.search_runs([self.experiment_id], max_results=1,

@@ -42,3 +42,18 @@ def test_a_writer_killed_mid_study_is_reported_and_the_study_neither_crashes_nor
     t.flush()
     assert time.monotonic() - t0 < 20
     assert any("exited before it finished" in e for e in t.errors)
+
+
+def test_two_writers_racing_for_one_trial_leave_one_child_run(tmp_path):
+    """Both writers passed ``_already_logged`` before either wrote (CI caught it with two workers):
+    after writing, whichever looks last deletes all but the smallest run id; one run is left."""
+    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    a = Tracker(uri, "w", "sqlite:///s.db")
+    b = Tracker(uri, "w", "sqlite:///s.db")            # the same study's parent run, a second worker
+    assert a.parent_id == b.parent_id
+    for t in (a, b):
+        t._already_logged = lambda number: False       # the race: neither sees the other's run yet
+        assert t.write(("trial", 7, {"tp": 8}, {"iteration_time_s": 1.5}, {}), []) == ""
+    runs = child_runs(a)
+    assert [r.data.tags["autotune.trial"] for r in runs] == ["7"]
+    a.flush(), b.flush()
