@@ -33,10 +33,9 @@ import numpy as np
 import torch
 
 from autotune.agents.ppo import (DEFAULT_POLICY, RANK_DRAWS, RANK_TEMPERATURE, _Single, _temperatures, load,
-                                 propose, ranked_proposal, train)
+                                 propose, ranked_proposal, scored_candidates, train)
 from autotune.baselines import production_config
-from autotune.configbatch import batch_from_configs
-from autotune.costmodel import evaluate, evaluate_batch
+from autotune.costmodel import evaluate
 from autotune.costmodel.params import default_params
 from autotune.envs.scale_across import ScaleAcrossEnv
 from autotune.strategies.exhaustive import exhaustive_search
@@ -60,10 +59,8 @@ def random_control(point, draws: int, seed: int, timed_by=None) -> tuple:
     env.reset(seed=seed)
     rng = np.random.default_rng(seed)
     masks = np.split(env.action_masks(), np.cumsum(env.action_space.nvec)[:-1])
-    acts = {tuple(int(rng.choice(np.flatnonzero(m))) for m in masks) for _ in range(draws)}
-    configs = list({c.model_dump_json(): c for c in (env.decode(np.array(a)) for a in acts)}.values())
-    out = evaluate_batch(point.scenario, batch_from_configs(configs), check=False)
-    t = np.where(out["feasible"], out["iteration_time_s"], np.inf)
+    acts = [tuple(int(rng.choice(np.flatnonzero(m))) for m in masks) for _ in range(draws)]
+    configs, t = scored_candidates(env, point, acts)
     if not np.isfinite(t).any():
         return math.inf, len(configs)
     e = evaluate(point.scenario, configs[int(np.argmin(t))], timed_by, check=False)

@@ -201,6 +201,16 @@ def draw_actions(model, obs, masks, n: int, temperature=RANK_TEMPERATURE, seed: 
     return np.concatenate(parts) if parts else np.zeros((0, len(knob_masks)), dtype=np.int64)
 
 
+def scored_candidates(env, point, actions, params=None) -> tuple:
+    """(distinct configurations, modelled times with inf where one does not fit): ``actions``
+    decoded in ``env``'s design point, duplicates dropped in first-seen order, one cost-model batch."""
+    from autotune.configbatch import batch_from_configs
+    from autotune.costmodel import evaluate_batch
+    configs = list({c.model_dump_json(): c for c in (env.decode(np.array(a)) for a in dict.fromkeys(actions))}.values())
+    out = evaluate_batch(point.scenario, batch_from_configs(configs), params, check=False)
+    return configs, np.where(out["feasible"], out["iteration_time_s"], np.inf)
+
+
 def ranked_proposal(model, point, draws: int = RANK_DRAWS, temperature=RANK_TEMPERATURE, params=None) -> tuple:
     """The one-shot proposal: the policy's deterministic action and ``draws`` draws at
     ``temperature`` (a fixed seed: the answer depends on the policy and the design point only, so a
@@ -210,8 +220,6 @@ def ranked_proposal(model, point, draws: int = RANK_DRAWS, temperature=RANK_TEMP
     fastest that fits kept (else the deterministic one). Returns (config, info): info has the
     deterministic configuration, the number of distinct candidates and the chosen one's modelled
     time (inf where it does not fit). ``draws`` 0: the raw action."""
-    from autotune.configbatch import batch_from_configs
-    from autotune.costmodel import evaluate_batch
     env = ScaleAcrossEnv(design_points=_Single(point))
     obs, _ = env.reset(seed=0)
     masks = env.action_masks()
@@ -219,9 +227,7 @@ def ranked_proposal(model, point, draws: int = RANK_DRAWS, temperature=RANK_TEMP
     actions = [tuple(np.asarray(det).tolist())]
     if draws:
         actions += [tuple(a) for a in draw_actions(model, obs, masks, draws, temperature, seed=0).tolist()]
-    configs = list({c.model_dump_json(): c for c in (env.decode(np.array(a)) for a in dict.fromkeys(actions))}.values())
-    out = evaluate_batch(point.scenario, batch_from_configs(configs), params, check=False)
-    t = np.where(out["feasible"], out["iteration_time_s"], np.inf)
+    configs, t = scored_candidates(env, point, actions, params)
     i = int(np.argmin(t)) if np.isfinite(t).any() else 0
     return configs[i], {"deterministic": configs[0], "candidates": len(configs), "model_time_s": float(t[i]),
                         "draws": draws, "temperature": temperature}

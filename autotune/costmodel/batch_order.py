@@ -38,3 +38,25 @@ def _branch_order(rows: dict):
             return None
         key = key * width + col
     return np.argsort(key.astype(np.int16), kind="stable")    # radix sort: linear in the rows
+
+
+def chunk_rows() -> int:
+    """Rows per chunk under this process's heap settings (applied here once, ``heap.py``)."""
+    from .heap import tune_heap
+    return CHUNK_ROWS if tune_heap() == "tuned" else CHUNK_ROWS_DEFAULT_HEAP
+
+
+def put_back(out: dict, outputs: dict, sl: slice, order, n: int) -> None:
+    """Write one chunk's ``outputs``, computed in ``order`` (None: the caller's order), into slice
+    ``sl`` of ``out``'s ``n``-row arrays (made on first use), in the caller's order."""
+    back = None
+    if order is not None:
+        back = np.empty_like(order)
+        back[order] = np.arange(len(order))
+    for k, v in outputs.items():
+        if k not in out:
+            out[k] = np.empty(n, dtype=v.dtype)
+        if back is None or v.dtype != out[k].dtype:
+            out[k][sl] = v if back is None else v[back]
+        else:
+            np.take(v, back, out=out[k][sl], mode="clip")      # "clip": no buffer (back is a permutation)

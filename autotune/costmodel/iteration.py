@@ -24,11 +24,10 @@ from .memory import memory_per_gpu
 from .recompute import moe_block_rerun, step_flops, tp_collectives_rerun
 from .compute_pass import pass_compute
 from .host_floor import dp_windows, host_gaps, host_launch_time
-from .heap import tune_heap
 from .hetero import hetero_shares, row_speeds, speed_types, typed_memory
 from .scenario_consts import FSDP_EVERY_PASS, FSDP_FORWARD, members_per_node, scenario_consts, tier_of_span
 from .tiers import accounting
-from .batch_order import CHUNK_ROWS, CHUNK_ROWS_DEFAULT_HEAP, SORT_KEYS, SORT_MIN_ROWS, _branch_order  # noqa: F401
+from .batch_order import CHUNK_ROWS, SORT_KEYS, SORT_MIN_ROWS, _branch_order, chunk_rows, put_back  # noqa: F401
 from .result import BREAKDOWN_KEYS, Evaluation, infeasible_reason, public_outputs  # noqa: F401 - public here too
 from .xp import NUMPY, SCALAR
 
@@ -45,7 +44,7 @@ def evaluate_batch(scenario: Scenario, batch: dict, params: CostParams | None = 
     are kept for reuse; ``AUTOTUNE_HEAP=default`` opts out)."""
     p = params or default_params()
     n = len(batch["tp"])
-    chunk = CHUNK_ROWS if tune_heap() == "tuned" else CHUNK_ROWS_DEFAULT_HEAP    # heap.py: speed only
+    chunk = chunk_rows()                  # applies heap.py's settings once per process (speed only)
     if check:
         from ..space import rules_for
         rules_for(scenario).check_batch(batch)
@@ -60,17 +59,7 @@ def evaluate_batch(scenario: Scenario, batch: dict, params: CostParams | None = 
         part = iteration_formulas(scenario, rows, p, NUMPY)
         if tiers:
             part.update(accounting(scenario_consts(scenario, p), part["_acct"], NUMPY))
-        back = None
-        if order is not None:
-            back = np.empty_like(order)
-            back[order] = np.arange(size)
-        for k, v in public_outputs(part, size).items():
-            if k not in out:
-                out[k] = np.empty(n, dtype=v.dtype)
-            if back is None or v.dtype != out[k].dtype:
-                out[k][sl] = v if back is None else v[back]
-            else:
-                np.take(v, back, out=out[k][sl], mode="clip")      # "clip": no buffer (back is a permutation)
+        put_back(out, public_outputs(part, size), sl, order, n)
     for i in range(0, max(n, 1), chunk):
         sl = slice(i, min(i + chunk, n))
         run(batch if n <= chunk else {k: v[sl] for k, v in batch.items()}, sl, sl.stop - sl.start)
