@@ -153,6 +153,20 @@ FRAMEWORK_BUCKET_ELEMS = {
 }
 """Elements per gradient bucket when the configuration leaves it to the framework (dp_bucket_mib = 0);
 one collective per bucket, the last one exposed (pipeline.step_end_exposed)."""
+ZERO3_PREFETCH_BUCKET_ELEMS = 5e7
+"""Parameters DeepSpeed ZeRO-3 (v0.6 and later) gathers in one coalesced all-gather at most:
+stage3_prefetch_bucket_size's default, 50,000,000 elements (runtime/zero/config.py); the module
+being fetched and those prefetched after it share the call (WorkloadSpec.fsdp_gather = module)."""
+ZERO3_REDUCE_BUCKET_ELEMS = 5e8
+"""Gradient elements per reduce-scatter of DeepSpeed ZeRO-3 (v0.6 and later): reduce_bucket_size's
+default, 500,000,000 (reduce_scatter_coalesced over the bucket)."""
+LIST_COLLECTIVE_COPY_s = 5e-6
+"""Host seconds per rank of a list all-gather or reduce-scatter: PyTorch's ProcessGroupNCCL (1.8-1.10)
+runs one NCCL call on a flat buffer and copies each of the world-size list entries out of it (into
+it, for reduce-scatter), one copy launch each. DeepSpeed ZeRO-3 up to v0.5 called it once per
+parameter tensor, after a torch.cuda.synchronize (partition_parameters._allgather_param), so the
+copies are exposed: world size x this per call (WorkloadSpec.fsdp_gather = parameter). 5 us: one
+ATen copy launch through the dispatcher and the CUDA driver (assumed)."""
 ONE_BUCKET_WITHOUT_OVERLAP_FRAMEWORKS = frozenset({"megatron"})
 """Framework classes that reduce the whole gradient in one collective where the reduction does not
 overlap the backward: Megatron-Core sets bucket_size = None unless overlap_grad_reduce

@@ -70,9 +70,14 @@ class ScenarioConsts:
     host_s_moe: float = 0.0      # ... one MoE layer's
     host_s_tp: float = 0.0       # ... a layer's TP collectives (tp > 1)
     host_s_cp_step: float = 0.0  # ... a layer's context-parallel ring step beyond the first
+    fsdp_gather: int = 0         # FSDP_GATHER_UNIT, _MODULE or _PARAMETER (WorkloadSpec.fsdp_gather)
+    layer_linears: float = 4.0   # linear modules of a layer (fsdp_gather_counts)
+    layer_tensors: float = 6.0   # parameter tensors of a layer (fsdp_gather_counts)
 
 
 FSDP_EVERY_PASS, FSDP_FORWARD, FSDP_NEVER = range(3)
+FSDP_GATHER_UNIT, FSDP_GATHER_MODULE, FSDP_GATHER_PARAMETER = range(3)
+_FSDP_GATHER = {"unit": FSDP_GATHER_UNIT, "module": FSDP_GATHER_MODULE, "parameter": FSDP_GATHER_PARAMETER}
 _REGATHER = {"every_pass": FSDP_EVERY_PASS, "forward": FSDP_FORWARD, "never": FSDP_NEVER}
 LAYOUT_EVEN, LAYOUT_ENDS, LAYOUT_BALANCED = range(3)
 _LAYOUT = {"even": LAYOUT_EVEN, "ends": LAYOUT_ENDS, "balanced": LAYOUT_BALANCED}
@@ -232,8 +237,21 @@ def _compute_consts(scenario: Scenario, params: CostParams) -> ScenarioConsts:
                            C.FP32_BYTES if scenario.workload.resolved_grad_reduce_dtype == "fp32" else C.ACTIVATION_BYTES),
         one_bucket_without_overlap=scenario.workload.framework in C.ONE_BUCKET_WITHOUT_OVERLAP_FRAMEWORKS,
         **host_launch_seconds(params, scenario.workload.flash_attention, all(g.async_launch for g in gpus)),
+        fsdp_gather=_FSDP_GATHER[scenario.workload.fsdp_gather], **fsdp_gather_counts(m),
     )
     return k
+
+
+def fsdp_gather_counts(m) -> dict:
+    """Linear modules and parameter tensors of one layer, as ZeRO-3 fetches them
+    (WorkloadSpec.fsdp_gather): the attention projections (``ModelSpec.attn_gemms``: fused QKV
+    and output for GQA) and Megatron's two MLP linears (fc1 with gate and up fused, fc2); a
+    GPT-style layer (not gated) carries a bias on each linear and LayerNorm's two tensors on each
+    of its 2 norms, a gated (Llama-style) one weights only and RMSNorm's one. GPT-3: 4 linears,
+    12 tensors."""
+    bias = 0.0 if m.mlp_matrices == 3 else 1.0
+    linears = float(len(m.attn_gemms) + 2)
+    return {"layer_linears": linears, "layer_tensors": linears * (1.0 + bias) + 2.0 * (1.0 + bias)}
 
 
 def host_launch_seconds(params: CostParams, flash: bool, async_launch: bool = True) -> dict:

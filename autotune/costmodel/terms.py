@@ -18,7 +18,7 @@ from .collectives import KIND_AG, KIND_AR, collective
 from .network import effective_bandwidth_Bps, recovery_stall
 from .params import CostParams
 from .pipeline import head_on_first_rank
-from .scenario_consts import (LAYOUT_ENDS, LAYOUT_EVEN, ScenarioConsts,
+from .scenario_consts import (FSDP_GATHER_MODULE, FSDP_GATHER_PARAMETER, LAYOUT_ENDS, LAYOUT_EVEN, ScenarioConsts,
                               ring_tier_of_span)
 from .stage_split import rank_layers
 
@@ -303,25 +303,32 @@ def dp_comm_groups(k: ScenarioConsts, p: CostParams, batch, xp, t: Transport | N
         bw_ring = t.goodput_where(n_x > 1.0, k.G_b / n_in, ch, ch * buf)    # a crossing ring's rate
         pat_ok = xp.where(stride >= k.node, 1.0, 0.0)
         nb = xp.maximum(1.0, xp.ceil(P * k.reduce_bytes / bucket))     # buckets of reduced gradients
-        calls = xp.where(is_fsdp | is_hsdp, units, nb)
+        sharded = is_fsdp | is_hsdp
+        reduces, gathers = fsdp_calls(k, P, Ls, units, xp)
+        calls = xp.where(sharded, reduces, nb)
+        gcalls = xp.where(sharded, gathers, nb)
         rb = k.reduce_bytes if k.fsdp_reduce_bytes == k.reduce_bytes else \
-            xp.where(is_fsdp | is_hsdp, k.fsdp_reduce_bytes, k.reduce_bytes)
+            xp.where(sharded, k.fsdp_reduce_bytes, k.reduce_bytes)
         c = P * rb / calls
         kind = xp.where(is_ddp, float(KIND_AR), float(KIND_AG))
         n_x1 = xp.where(is_hsdp, 1.0, n_x)
+        # list collectives copy each rank's entry out of (into) the flat buffer (fsdp_gather = parameter)
+        copies = xp.where(is_fsdp, n_in * n_x * C.LIST_COLLECTIVE_COPY_s, 0.0) \
+            if k.fsdp_gather == FSDP_GATHER_PARAMETER else 0.0
 
         t1, x1 = collective(kind, coll, proto, c, n_in, n_x1, bw_in, a_in, bw_ring, bw_x_all,
                             ax_all, ch, buf, k.ll128, xp, p.nccl_overhead_scale, ax_all, pat_ok)
-        if k.reduce_bytes == k.weight_bytes == k.fsdp_reduce_bytes:
+        if k.reduce_bytes == k.weight_bytes == k.fsdp_reduce_bytes and k.fsdp_gather != FSDP_GATHER_MODULE:
             t_ag, x_ag = t1, x1
-        else:       # the parameters' all-gathers move other bytes: priced apart, where a row gathers
+        else:       # the parameters' all-gathers move other bytes or run in other calls: priced apart
             def gather(size, ni, nx, bwi, ai, bwr, cl, pr, chn, bf, bwxa, axa, pok):
                 return collective(KIND_AG, cl, pr, size, ni, nx, bwi, ai, bwr, bwxa, axa, chn, bf, k.ll128, xp,
                                   p.nccl_overhead_scale, axa, pok)
-            apart = xp.logical_not(is_ddp) & (rb != k.weight_bytes)
-            t_g, x_g = xp.on_rows(apart, gather, P * k.weight_bytes / calls, n_in, n_x1, bw_in,
+            apart = xp.logical_not(is_ddp) & ((rb != k.weight_bytes) | (gcalls != calls))
+            t_g, x_g = xp.on_rows(apart, gather, P * k.weight_bytes / gcalls, n_in, n_x1, bw_in,
                                   a_in, bw_ring, coll, proto, ch, buf, bw_x_all, ax_all, pat_ok)
             t_ag, x_ag = xp.where(apart, t_g, t1), xp.where(apart, x_g, x1)
+        t1, t_ag = t1 + copies, t_ag + copies
 
         def across(cl, size, ni, nx, bwi, ai, bwxa, al, pr, chn, bf, axa, pok):
             tt, x = collective(KIND_AR, al, pr, size / ni, xp.full_like(ni, 1.0), nx, bwi, ai, bwxa, bwxa, axa,
@@ -329,7 +336,7 @@ def dp_comm_groups(k: ScenarioConsts, p: CostParams, batch, xp, t: Transport | N
             return cl * tt, cl * x
         hs_x_, hxs_ = xp.on_rows(is_hsdp, across, calls, c, n_in, n_x, bw_in, a_in, bw_x_all, coll, proto, ch, buf,
                                  ax_all, pat_ok)
-        t1, x1, t_ag, x_ag = calls * t1, calls * x1, calls * t_ag, calls * x_ag
+        t1, x1, t_ag, x_ag = calls * t1, calls * x1, gcalls * t_ag, gcalls * x_ag
         is_shard = (fl == F_ZERO1) | is_fsdp
         return DPComm(xp.where(is_ddp, t1, 0.0), xp.where(is_ddp, x1, 0.0), xp.where(is_shard, t1, 0.0),
                       xp.where(is_shard, x1, 0.0), xp.where(is_shard, t_ag, 0.0), xp.where(is_shard, x_ag, 0.0),
@@ -344,6 +351,23 @@ def dp_comm_groups(k: ScenarioConsts, p: CostParams, batch, xp, t: Transport | N
                                                                                          "ag_in", "hs_x")})
                  for g in parts]
     return tuple(parts)
+
+
+def fsdp_calls(k: ScenarioConsts, P, Ls, units, xp):
+    """Reduce-scatters and all-gathers per pass of an FSDP / ZeRO-3 group holding P parameters in
+    Ls layers (WorkloadSpec.fsdp_gather): unit, one of each per FSDP unit (``units``); parameter,
+    one of each per parameter tensor (DeepSpeed <= v0.5: partition_parameters._allgather_param and
+    one reduce_scatter per gradient); module, an all-gather per linear module, modules smaller than
+    the prefetch bucket sharing one (DeepSpeed >= v0.6, all_gather_coalesced), and a reduce-scatter
+    per reduce bucket (reduce_scatter_coalesced; ``constants.ZERO3_*_BUCKET_ELEMS``)."""
+    if k.fsdp_gather == FSDP_GATHER_PARAMETER:
+        n = Ls * k.layer_tensors
+        return n, n
+    if k.fsdp_gather == FSDP_GATHER_MODULE:
+        per_layer = xp.minimum(xp.maximum(xp.ceil(P / xp.maximum(Ls, 1.0) / C.ZERO3_PREFETCH_BUCKET_ELEMS), 1.0),
+                               k.layer_linears)
+        return xp.maximum(1.0, xp.ceil(P / C.ZERO3_REDUCE_BUCKET_ELEMS)), xp.maximum(Ls, 1.0) * per_layer
+    return units, units
 
 
 def sum_groups(parts: tuple) -> DPComm:

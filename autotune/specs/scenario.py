@@ -77,7 +77,8 @@ class Scenario(BaseModel):
                                             ("optimizer_post_validation", False), ("pipeline_layout", None),
                                             ("recompute_modules", ("core_attn",)), ("optimizer_moments", "fp32"),
                                             ("shard_gradients", False), ("grad_dtype", "fp32"),
-                                            ("fp8_param_gather", False), ("grad_reduce_dtype", None))
+                                            ("fp8_param_gather", False), ("grad_reduce_dtype", None),
+                                            ("fsdp_gather", "unit"))
                  if getattr(w, name) == default}
         exclude: dict = {"workload": later} if later else {}
         # HardwareSpec.async_launch, added later too, left out where it is at its default (GPUs)

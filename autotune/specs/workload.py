@@ -61,6 +61,13 @@ class WorkloadSpec(BaseModel):
         "distributed optimizer, ZeRO-1). The collectives are the same")
     fsdp_unit_layers: int = Field(default=1, ge=1, le=1 << 12, description="transformer layers per FSDP "
                                   "unit: one all-gather and one reduce-scatter per unit (FSDP2 fully_shard per block = 1)")
+    fsdp_gather: Literal["unit", "module", "parameter"] = Field(
+        default="unit", description="how FSDP / ZeRO-3 issues its collectives: unit = one all-gather and one "
+        "reduce-scatter per FSDP unit (fsdp_unit_layers; PyTorch FSDP, Megatron-Core FSDP); module = one "
+        "all-gather per linear module, coalesced with its prefetch up to 5e7 elements, and one "
+        "reduce-scatter per 5e8-element gradient bucket (DeepSpeed ZeRO-3 from v0.6, all_gather_coalesced); "
+        "parameter = one all-gather and one reduce-scatter per parameter tensor, each copying world-size "
+        "views out of or into its flat buffer (DeepSpeed ZeRO-3 up to v0.5)")
     framework: Literal["megatron", "deepspeed", "pytorch", "nanotron", "jax", "other"] = Field(
         default="megatron", description="training framework class: its compute runs at the fitted "
         "framework_efficiency_<class> of the isolated kernels' speed (CostParams)")

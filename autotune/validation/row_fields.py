@@ -30,6 +30,30 @@ def _stated(row: dict, column: str, mapper, why: str):
     return value
 
 
+_FSDP_GATHER_RULES = [(r"param|tensor|v?0\.[345]\b", "parameter"),
+                      (r"module|coalesc|v?0\.(?:[6-9]|1\d)\b|v?[1-9]\.\d", "module"),
+                      (r"unit|block|fully_shard|fsdp|layer", "unit")]
+"""Spellings of ``fsdp_gather`` (WorkloadSpec.fsdp_gather): per parameter tensor (DeepSpeed ZeRO-3
+up to v0.5), per module (DeepSpeed from v0.6: "coalesced", a version such as "0.7"), per FSDP unit
+(PyTorch FSDP's ``fully_shard`` per block, Megatron-Core FSDP)."""
+
+
+def _fsdp_gather(row: dict, assumed: list, deepspeed_zero3: bool) -> str:
+    """``fsdp_gather`` as stated; empty: ``module`` for a DeepSpeed ZeRO-3 row (named among the
+    row's assumptions: what DeepSpeed has done since v0.6), ``unit`` otherwise."""
+    def read(text):
+        t = text.lower()
+        return next((name for pat, name in _FSDP_GATHER_RULES if re.search(pat, t)), None)
+    stated = _stated(row, "fsdp_gather", read, "not one of unit, module or parameter (how FSDP / ZeRO-3 "
+                     "issues its collectives; a DeepSpeed version such as 0.5 or 0.7 also reads)")
+    if stated is not None:
+        return stated
+    if deepspeed_zero3:
+        assumed.append("fsdp_gather=module (not stated; DeepSpeed ZeRO-3 since v0.6)")
+        return "module"
+    return "unit"
+
+
 def _framework(row: dict, assumed: list) -> str:
     fw = _stated(row, "framework", map_framework, "names no known framework (megatron-lm, megatron-core, nemo, "
                  "deepspeed, torchtitan, composer, pytorch-fsdp, nanotron, maxtext, other:<name>)")

@@ -17,7 +17,7 @@ from .columns import (schedule_stated, ALWAYS_RECOMPUTE_SOURCES, ASSUMED_FFN_MUL
                       RECOMPUTE_VALUES, Skip, _cell, _int,
                       _match_flavour, _match_schedule, is_deepspeed_zero3, map_flavour, map_gpu, map_schedule, one_line,
                       source_family)
-from .row_fields import (RACK_SCALE_DOMAIN_GPUS, _convention, _flag, _flash, _grad_dtype, _grad_reduce_dtype, _moments, _pipeline_layout, _recompute_modules, _ep_dedup, _ep_overlap, _float, _framework, _hardware,
+from .row_fields import (RACK_SCALE_DOMAIN_GPUS, _convention, _fsdp_gather, _flag, _flash, _grad_dtype, _grad_reduce_dtype, _moments, _pipeline_layout, _recompute_modules, _ep_dedup, _ep_overlap, _float, _framework, _hardware,
                          _post_validation, _tp_overlap)
 
 @dataclass
@@ -256,6 +256,9 @@ def build_case(i: int, row: dict) -> RunCase:
         regather = "every_pass"
         if flavour == "fsdp_noreshard":
             flavour, regather = "fsdp", "forward"
+        ds_zero3 = flavour == "fsdp" and is_deepspeed_zero3(flavour_text, _cell(row, "framework"),
+                                                            row.get("source") or "")
+        gather = _fsdp_gather(row, assumed, ds_zero3) if flavour == "fsdp" and dp * cp > 1 else "unit"
         zero2 = flavour == "zero2" and dp * cp > 1        # ZeRO-2 shards over data-parallel ranks only
         if flavour == "zero2":
             flavour = "zero1"
@@ -265,6 +268,7 @@ def build_case(i: int, row: dict) -> RunCase:
                                                            ep_token_dedup=ep_dedup,
                                                            optimizer_post_validation=post_validation,
                                                            fsdp_regather=regather, shard_gradients=zero2,
+                                                           fsdp_gather=gather,
                                                            pipeline_layout=layout,
                                                            recompute_modules=modules or ("core_attn",),
                                                            optimizer_moments=moments, grad_dtype=grad_dtype,
@@ -288,7 +292,7 @@ def build_case(i: int, row: dict) -> RunCase:
         rec = "full"
         assumed.append("recompute=full (the source recomputes in every run)")
     overlap = 1
-    if flavour == "fsdp" and is_deepspeed_zero3(flavour_text, _cell(row, "framework"), row.get("source") or ""):
+    if ds_zero3:
         overlap = 0
         assumed.append("overlap_dp=0 (DeepSpeed ZeRO-3: gathers and reduce-scatters not overlapped)")
     cfg = Config(tp=tp, cp=cp, ep=ep, etp=etp, pp=pp, dp=dp, placement="dp_out", dp_flavour=flavour,

@@ -1,0 +1,111 @@
+"""FSDP / ZeRO-3 collective granularity (WorkloadSpec.fsdp_gather): per FSDP unit, per module
+(DeepSpeed >= v0.6) or per parameter tensor with world-size list copies (DeepSpeed <= v0.5)."""
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import autotune.validation as V
+from autotune.configbatch import scalar_row
+from autotune.costmodel import constants as C
+from autotune.costmodel.iteration import iteration_formulas
+from autotune.costmodel.params import default_params
+from autotune.costmodel.scenario_consts import fsdp_gather_counts
+from autotune.costmodel.xp import SCALAR
+from autotune.specs import Config, build_scenario
+
+from test_runs_schema import _write
+
+
+def _scen(gather="unit", model="gpt3-175b", *overrides):
+    return build_scenario(model, "single-building", overrides=[f"workload.fsdp_gather={gather}", "workload.framework=deepspeed",
+                                                           *overrides])
+
+
+def _dp_s(gather, dp=64, model="gpt3-175b", overlap=0, *overrides):
+    cfg = Config(tp=1, pp=1, dp=dp, dp_flavour="fsdp", micro_batch=1, placement="dp_out", overlap_dp=overlap,
+                 recompute="full")
+    scen = _scen(gather, model, f"cluster.buildings.0.gpus={dp}", f"cluster.zone_gpus={dp}",
+                 f"workload.global_batch_seqs={dp}", *overrides)
+    out = iteration_formulas(scen, scalar_row(cfg), default_params(), SCALAR)
+    return float(out["dp_comm_s"]), float(out["iteration_time_s"])
+
+
+def test_gpt_layer_counts_its_tensors_and_a_llama_layer_its_weights():
+    gpt = build_scenario("gpt3-175b", "metro-2bldg").model
+    llama = build_scenario("llama3-8b", "metro-2bldg").model
+    assert fsdp_gather_counts(gpt) == {"layer_linears": 4.0, "layer_tensors": 12.0}
+    assert fsdp_gather_counts(llama) == {"layer_linears": 4.0, "layer_tensors": 6.0}
+
+
+def test_unit_is_the_default_and_leaves_the_scenario_key_alone():
+    a = build_scenario("gpt3-175b", "metro-2bldg")
+    assert a.workload.fsdp_gather == "unit"
+    assert a.key == build_scenario("gpt3-175b", "metro-2bldg", overrides=["workload.fsdp_gather=unit"]).key
+    assert a.key != build_scenario("gpt3-175b", "metro-2bldg", overrides=["workload.fsdp_gather=module"]).key
+
+
+def test_per_parameter_calls_cost_more_than_per_module_and_per_unit():
+    unit, module, param = (_dp_s(g)[0] for g in ("unit", "module", "parameter"))
+    assert param > module > unit > 0
+
+
+def test_list_copies_grow_with_the_data_parallel_size():
+    """Per-tensor calls pay world size x LIST_COLLECTIVE_COPY_s each: doubling the group adds at
+    least the extra copies of every call (3 passes x 12 tensors x 96 layers), beyond the ring's
+    own growth that the module reading also pays."""
+    small, big = _dp_s("parameter", dp=64)[0], _dp_s("parameter", dp=128)[0]
+    calls = 3 * 12 * 96
+    assert big - small >= 0.99 * calls * 64 * C.LIST_COLLECTIVE_COPY_s
+
+
+def test_other_flavours_ignore_the_granularity():
+    for fl in ("ddp", "zero1"):
+        cfg = Config(tp=1, pp=1, dp=64, dp_flavour=fl, micro_batch=1, placement="dp_out", recompute="full")
+        outs = []
+        for g in ("unit", "module", "parameter"):
+            scen = _scen(g, "gpt3-175b", "cluster.buildings.0.gpus=64", "cluster.zone_gpus=64",
+                         "workload.global_batch_seqs=64")
+            outs.append(float(iteration_formulas(scen, scalar_row(cfg), default_params(), SCALAR)["iteration_time_s"]))
+        assert outs[0] == outs[1] == outs[2]
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.sampled_from([16, 32, 64, 128, 256]), st.sampled_from(["gpt3-175b", "llama3-8b", "llama3-70b"]))
+def test_per_parameter_calls_never_speed_a_step_up(dp, model):
+    """Property: per-tensor calls move the same bytes as per-unit or per-module ones in at least as
+    many calls, with copies on top. (``module`` may beat ``unit``: its reduce-scatters run per
+    5e8-element bucket, coarser than a layer of a small model.)"""
+    t_unit, t_module, t_param = (_dp_s(g, dp=dp, model=model)[1] for g in ("unit", "module", "parameter"))
+    assert t_param >= max(t_unit, t_module)
+
+
+def _row(**kw):
+    base = {"source": "DeepSpeed ZeRO-3 test", "model_name": "GPT-175B", "n_layers": "96", "hidden": "12288",
+            "n_heads": "96", "seq_len": "2048", "gpu_type": "A100-SXM4-80GB", "n_gpus": "512", "tp": "1",
+            "pp": "1", "dp": "512", "global_batch_seqs": "512", "zero_or_fsdp": "zero3", "framework": "deepspeed",
+            "measured_metric": "tflops_per_gpu", "measured_value": "50"}
+    base.update(kw)
+    return base
+
+
+@pytest.mark.parametrize("cell, gather", [("", "module"), ("parameter", "parameter"), ("per tensor", "parameter"),
+                                           ("DeepSpeed 0.5.4", "parameter"), ("v0.7.0", "module"),
+                                           ("coalesced", "module"), ("FSDP unit", "unit")])
+def test_the_column_reads_its_spellings_and_deepspeed_rows_default_to_module(tmp_path, cell, gather):
+    runs = V.load_runs(_write(tmp_path, [_row(fsdp_gather=cell)]))
+    (case,) = runs.cases
+    assert case.scenario.workload.fsdp_gather == gather
+    assert any(a.startswith("fsdp_gather=module (not stated") for a in case.assumptions) == (cell == "")
+
+
+def test_an_unreadable_cell_skips_the_row_naming_column_and_value(tmp_path):
+    runs = V.load_runs(_write(tmp_path, [_row(fsdp_gather="sometimes"), _row()]))
+    assert len(runs.cases) == 1
+    (skip,) = runs.skipped
+    assert skip["column"] == "fsdp_gather" and skip["value"] == "sometimes"
+
+
+def test_a_non_fsdp_row_stays_at_unit(tmp_path):
+    runs = V.load_runs(_write(tmp_path, [_row(zero_or_fsdp="zero1", fsdp_gather="")]))
+    assert runs.cases[0].scenario.workload.fsdp_gather == "unit"
