@@ -45,7 +45,10 @@ def test_folding_keeps_flops_drops_tp_collectives_and_holds_more_expert_weights(
     cfgs = [_cfg(tp, ep, tp, mb, flavour, rec), _cfg(tp, ep, 1, mb, flavour, rec)]
     out = evaluate_batch(SCEN, batch_from_configs(cfgs))
     assert out["mfu"][0] * out["iteration_time_s"][0] == pytest.approx(out["mfu"][1] * out["iteration_time_s"][1])
-    assert out["tp_comm_s"][1] < out["tp_comm_s"][0]
+    # Mixtral has no shared expert: its MoE blocks' TP traffic is the dispatcher's gather of the
+    # routed tokens over the expert-TP group (charged with the EP exchange), gone under folding
+    assert out["tp_comm_s"][1] == pytest.approx(out["tp_comm_s"][0])
+    assert out["ep_comm_s"][1] < out["ep_comm_s"][0]
     if flavour != "fsdp":     # FSDP shards the expert weights over the (larger) expert-DP group
         assert out["memory_per_gpu_bytes"][1] > out["memory_per_gpu_bytes"][0]
 
@@ -98,3 +101,18 @@ def test_config_at_and_launch_files_carry_etp():
     args, _ = megatron_args(SCEN, _cfg(4, 8, 1))
     assert "--expert-tensor-parallel-size 1" in args
     assert not any("expert-tensor" in a for a in megatron_args(SCEN, _cfg(4, 8, 0))[0])
+
+
+@pytest.mark.parametrize("tp, ep", [(2, 4), (4, 8), (8, 8)])
+def test_unfolded_experts_gather_top_k_copies_of_each_token_over_their_tp_group(tp, ep):
+    """Megatron-Core's all-to-all dispatcher all-gathers the routed tokens it received over the
+    expert-TP group (gather_from_sequence_parallel_region) and reduce-scatters them in the combine:
+    at etp = tp a gathered buffer of tok x top_k rows, top_k (2 for Mixtral) times a dense
+    sequence all-gather. The EP term grows by at least those bytes at NVLink's peak rate, 4
+    collectives per MoE layer and micro-batch (dispatch and combine, forward and backward)."""
+    out = evaluate_batch(SCEN, batch_from_configs([_cfg(tp, ep, tp), _cfg(tp, ep, 1)]))
+    m, L = SCEN.global_batch_seqs // (SCEN.n_gpus // tp), SCEN.model.n_layers
+    tok_bytes = SCEN.seq_len * SCEN.model.moe_top_k * SCEN.model.hidden * 2
+    nvlink = SCEN.cluster.buildings[0].gpu.nvlink_bandwidth_Bps
+    floor = 4 * m * L * (tp - 1) / tp * tok_bytes / nvlink
+    assert out["ep_comm_s"][0] - out["ep_comm_s"][1] >= floor

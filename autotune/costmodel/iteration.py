@@ -103,9 +103,9 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
     # ---- tensor parallel (sequence parallel): 2 all-gathers + 2 reduce-scatters per layer pass ----
     s_tp = tok * k.h * k.wire_bytes
     t_tp_coll = xp.where(tp > 1, tp_collective_time(s_tp, tp, k.nvlink_Bps, p.nccl_overhead_scale, k.ll128, xp), 0.0)
-    # an MoE layer whose experts run without TP (etp 1, folding) and that has no shared expert
-    # (shared experts run at tp) has no TP collective around its MLP block
-    moe_tp = xp.where((et > 1) | (k.shared > 0), 1.0, 0.0)
+    # an MoE layer's sequence-sized TP collectives are its shared experts' (they run at tp); its
+    # routed experts' TP gather is the dispatcher's (t_etp below)
+    moe_tp = 1.0 if k.shared > 0 else 0.0
     tp_colls = 2 * Ls + 2 * (Ls_dense + Ls_moe * moe_tp)
     tp_rerun = tp_collectives_rerun(k, rc, tp_colls, Ls_dense, Ls_moe, moe_tp, xp)   # what the backward recomputes
     tp_f_link = tp_colls * t_tp_coll
@@ -144,6 +144,14 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
     ep_nic = xp.where(x_ep > 1, 1.0, dedup_share(ep_in, m_ep, k.top_k, xp)) if k.ep_dedup else 1.0
     t_a2a = xp.where(x_ep > 1, (B - 1) / B * a2a_bytes / bw_x_p2p + k.x_alpha_s,
                      all_to_all_time(a2a_bytes, ep, bw_ep_in, a_ep_in, xp, m_ep, k.nvlink_Bps, ep_nic))
+    # experts under TP (et > 1): the dispatcher all-gathers the routed tokens it received over the
+    # expert-TP group and reduce-scatters them in the combine (Megatron-Core's all-to-all
+    # dispatcher: gather_from_sequence_parallel_region / reduce_scatter_to_sequence_parallel_region
+    # on the permuted tokens), a gathered buffer of tok top_k et / tp rows: top_k times a dense
+    # layer's sequence all-gather at et = tp
+    t_etp = xp.where(et > 1, tp_collective_time(a2a_bytes * et, et, k.nvlink_Bps, p.nccl_overhead_scale, k.ll128, xp),
+                     0.0) if k.experts else 0.0
+    t_a2a = t_a2a + t_etp
     # DualPipeV pairs one micro-batch's forward with another's backward, each hiding the other's
     # a2a; so does Megatron-Core's EP overlap (ep_comm_overlap) in its paired passes, where it runs
     # at all (pp 1 or interleaved, no full recomputation: pipeline.paired_share)
