@@ -162,6 +162,9 @@ def megatron_args(scenario, cfg: Config) -> tuple[list[str], list[str]]:
         args.append("--use-torch-fsdp2")
         if scenario.workload.fsdp_regather == "never":
             args.append("--torch-fsdp2-no-reshard-after-forward")
+        if scenario.workload.fsdp_gather != "unit":
+            notes.append(f"fsdp_gather={scenario.workload.fsdp_gather}: the scenario models DeepSpeed ZeRO-3's "
+                         "collectives; Megatron-LM runs FSDP2, one all-gather and one reduce-scatter per unit")
         if cfg.dp_flavour == "hsdp":
             notes.append("hsdp: FSDP2 over a 2-D (replicate, shard) mesh; Megatron-LM has no one flag for it, "
                          "torchtitan's data_parallel_replicate_degree does")

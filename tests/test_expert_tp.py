@@ -1,7 +1,7 @@
 """Expert tensor parallelism (Megatron-Core's MoE parallel folding, issue 13): the experts' own TP
 degree ``etp``. Invariants as property tests: etp = tp is the unfolded model, FLOPs do not depend
-on etp, experts without TP hold tp / etp times the expert weights and skip the TP collectives
-around them; and the space's legality rule."""
+on etp, experts without TP hold tp / etp times the expert weights and skip the dispatcher's
+gather of the routed tokens over the expert-TP group; and the space's legality rule."""
 from __future__ import annotations
 
 import numpy as np
@@ -38,7 +38,7 @@ def test_etp_equal_to_tp_is_the_unfolded_model(deg, mb, flavour, rec):
 
 @SETTINGS
 @given(deg=degrees, **knobs)
-def test_folding_keeps_flops_drops_tp_collectives_and_holds_more_expert_weights(deg, mb, flavour, rec):
+def test_folding_keeps_flops_drops_the_expert_tp_gather_and_holds_more_expert_weights(deg, mb, flavour, rec):
     tp, ep = deg
     if tp == 1:
         return

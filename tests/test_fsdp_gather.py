@@ -89,9 +89,13 @@ def _row(**kw):
     return base
 
 
-@pytest.mark.parametrize("cell, gather", [("", "module"), ("parameter", "parameter"), ("per tensor", "parameter"),
-                                           ("DeepSpeed 0.5.4", "parameter"), ("v0.7.0", "module"),
-                                           ("coalesced", "module"), ("FSDP unit", "unit")])
+@pytest.mark.parametrize("cell, gather", [
+    ("", "module"), ("parameter", "parameter"), ("per tensor", "parameter"), ("ZeRO-3 per-param", "parameter"),
+    ("DeepSpeed 0.5.4", "parameter"), ("0.5.4", "parameter"), ("v0.7.0", "module"), ("v0.10.3", "module"),
+    ("deepspeed 0.10.0", "module"), ("coalesced", "module"), ("FSDP unit", "unit"), ("FSDP2", "unit"),
+    ("torch 2.1 FSDP", "unit"), ("FSDP (torch 1.13)", "unit"), ("FSDP with use_orig_params", "unit"),
+    ("module wrap policy (FSDP auto_wrap)", "unit"), ("megatron-core fsdp 0.12", "unit"),
+    ("parameter (DeepSpeed v0.3-v0.5; coalesced gathers from v0.6)", "parameter")])
 def test_the_column_reads_its_spellings_and_deepspeed_rows_default_to_module(tmp_path, cell, gather):
     runs = V.load_runs(_write(tmp_path, [_row(fsdp_gather=cell)]))
     (case,) = runs.cases
@@ -99,13 +103,36 @@ def test_the_column_reads_its_spellings_and_deepspeed_rows_default_to_module(tmp
     assert any(a.startswith("fsdp_gather=module (not stated") for a in case.assumptions) == (cell == "")
 
 
-def test_an_unreadable_cell_skips_the_row_naming_column_and_value(tmp_path):
-    runs = V.load_runs(_write(tmp_path, [_row(fsdp_gather="sometimes"), _row()]))
+@pytest.mark.parametrize("cell", ["sometimes", "torch 2.0.4"])
+def test_an_unreadable_cell_skips_the_row_naming_column_and_value(tmp_path, cell):
+    runs = V.load_runs(_write(tmp_path, [_row(fsdp_gather=cell), _row()]))
     assert len(runs.cases) == 1
     (skip,) = runs.skipped
-    assert skip["column"] == "fsdp_gather" and skip["value"] == "sometimes"
+    assert skip["column"] == "fsdp_gather" and skip["value"] == cell
 
 
 def test_a_non_fsdp_row_stays_at_unit(tmp_path):
     runs = V.load_runs(_write(tmp_path, [_row(zero_or_fsdp="zero1", fsdp_gather="")]))
     assert runs.cases[0].scenario.workload.fsdp_gather == "unit"
+
+
+def test_per_parameter_gathers_are_never_hidden_behind_compute():
+    """DeepSpeed <= v0.5 synchronized before each gather: overlap_dp asks for nothing there, while
+    the per-unit and per-module readings hide part of their collectives with it."""
+    for gather, same in (("parameter", True), ("unit", False), ("module", False)):
+        off, on = (_dp_s(gather, dp=64, overlap=o)[1] for o in (0, 1))
+        assert (off == on) == same, gather
+
+
+def test_public_nvlink_bytes_count_the_experts_tp_gathers():
+    """nvlink_bytes_per_gpu counts the sequence-parallel collectives and, for experts under TP,
+    the dispatcher's gathers and reduce-scatters of the routed tokens (top_k copies at etp = tp)."""
+    from autotune.costmodel import evaluate
+    scen = build_scenario("mixtral-8x7b", "single-building", gpus=64, global_batch=256)
+    folded, unfolded = (evaluate(scen, Config(tp=4, ep=8, etp=e, dp=16, micro_batch=1), check=False)
+                        for e in (1, 4))
+    m, L, k = 256 // 16, scen.model.n_layers, scen.model.moe_top_k
+    routed = scen.seq_len * k * scen.model.hidden * 2 / 4          # a2a bytes a rank, per pass
+    extra = m * L * 4 * (4 - 1) * routed                           # 4 passes, (etp - 1) x the a2a bytes
+    assert unfolded.traffic["nvlink_bytes_per_gpu"] - folded.traffic["nvlink_bytes_per_gpu"] \
+        == pytest.approx(extra, rel=1e-9)

@@ -38,9 +38,11 @@ default 5 steps)."""
 
 class LocalTorchBackend:
     name = "local-torch"
-    workload_semantics = {"precision": "fp32", "fsdp_regather": "forward", "activation_memory": "eager"}
+    workload_semantics = {"precision": "fp32", "fsdp_regather": "forward", "activation_memory": "eager",
+                          "fsdp_gather": "unit"}
     """What the reference workload does, as scenario workload fields: it trains in fp32, FSDP2
-    under torch.distributed.pipelining gathers before every forward and once for the backward, and
+    under torch.distributed.pipelining gathers before every forward and once for the backward
+    (one all-gather and one reduce-scatter per fully_shard unit), and
     eager autograd keeps its activations (``autotune calibrate`` fits the cost model with these
     set; ``autotune memory`` checks the memory model against its measured peaks)."""
 

@@ -366,6 +366,16 @@ def tp_collective_time(size_bytes, n, nvlink_Bps, ovh_scale, ll128: bool, xp):
     return best
 
 
+def expert_tp_gather_time(a2a_bytes, et, nvlink_Bps, ovh_scale, ll128: bool, xp):
+    """Experts under TP (et > 1): after the all-to-all the dispatcher all-gathers the routed tokens
+    it received over the expert-TP group, and reduce-scatters them in the combine (Megatron-Core's
+    all-to-all dispatcher: gather_from_sequence_parallel_region /
+    reduce_scatter_to_sequence_parallel_region on the permuted tokens). The gathered buffer is
+    et x ``a2a_bytes`` (tok top_k et / tp rows): top_k times a dense layer's sequence all-gather at
+    et = tp. One such collective per dispatch or combine; 0 at et = 1."""
+    return xp.where(et > 1, tp_collective_time(a2a_bytes * et, et, nvlink_Bps, ovh_scale, ll128, xp), 0.0)
+
+
 def tp_exposed(link_s, gemm_s, tp, xp):
     """TP collectives' time left exposed by TransformerEngine's comm-GEMM overlap (Wang et al.,
     ASPLOS'23, "Overlap communication with dependent computation via decomposition"): each

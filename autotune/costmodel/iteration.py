@@ -12,7 +12,7 @@ from ..specs.codes import Recompute
 from ..configbatch import scalar_row as _scalar_row
 from ..specs.scenario import Scenario
 from . import nccl as N
-from .collectives import all_to_all_time, dedup_share, p2p_time, tp_collective_time, tp_exposed
+from .collectives import all_to_all_time, dedup_share, expert_tp_gather_time, p2p_time, tp_collective_time, tp_exposed
 from .params import CostParams, default_params
 from .stragglers import straggler_scale
 from .pipeline import (S_1F1B, S_DUALPIPEV, S_GPIPE, S_INTERLEAVED, S_ZBV, bubble_time, chain_hops,
@@ -25,7 +25,8 @@ from .recompute import moe_block_rerun, step_flops, tp_collectives_rerun
 from .compute_pass import pass_compute
 from .host_floor import dp_windows, host_gaps, host_launch_time
 from .hetero import hetero_shares, row_speeds, speed_types, typed_memory
-from .scenario_consts import FSDP_EVERY_PASS, FSDP_FORWARD, members_per_node, scenario_consts, tier_of_span
+from .scenario_consts import (FSDP_EVERY_PASS, FSDP_FORWARD, FSDP_GATHER_PARAMETER, members_per_node,
+                              scenario_consts, tier_of_span)
 from .tiers import accounting
 from .batch_order import CHUNK_ROWS, SORT_KEYS, SORT_MIN_ROWS, _branch_order, chunk_rows, put_back  # noqa: F401
 from .result import BREAKDOWN_KEYS, Evaluation, infeasible_reason, public_outputs  # noqa: F401 - public here too
@@ -74,6 +75,8 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
     v, mb = f(batch["pp_chunks"]), f(batch["micro_batch"])
     fl, sc, rc = (batch[x] for x in ("dp_flavour", "pp_schedule", "recompute"))
     overlap = f(batch["overlap_dp"]) > 0
+    if k.fsdp_gather == FSDP_GATHER_PARAMETER:   # DeepSpeed <= v0.5 synchronized before each gather
+        overlap = overlap & (fl != F_FSDP)
 
     m = k.global_batch / (dp * mb)                   # micro-batches per step
     tok = mb * k.seq / cp                            # tokens per micro-batch on one GPU
@@ -144,14 +147,8 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
     ep_nic = xp.where(x_ep > 1, 1.0, dedup_share(ep_in, m_ep, k.top_k, xp)) if k.ep_dedup else 1.0
     t_a2a = xp.where(x_ep > 1, (B - 1) / B * a2a_bytes / bw_x_p2p + k.x_alpha_s,
                      all_to_all_time(a2a_bytes, ep, bw_ep_in, a_ep_in, xp, m_ep, k.nvlink_Bps, ep_nic))
-    # experts under TP (et > 1): the dispatcher all-gathers the routed tokens it received over the
-    # expert-TP group and reduce-scatters them in the combine (Megatron-Core's all-to-all
-    # dispatcher: gather_from_sequence_parallel_region / reduce_scatter_to_sequence_parallel_region
-    # on the permuted tokens), a gathered buffer of tok top_k et / tp rows: top_k times a dense
-    # layer's sequence all-gather at et = tp
-    t_etp = xp.where(et > 1, tp_collective_time(a2a_bytes * et, et, k.nvlink_Bps, p.nccl_overhead_scale, k.ll128, xp),
-                     0.0) if k.experts else 0.0
-    t_a2a = t_a2a + t_etp
+    t_etp = expert_tp_gather_time(a2a_bytes, et, k.nvlink_Bps, p.nccl_overhead_scale, k.ll128, xp) if k.experts else 0.0
+    t_disp = t_a2a + t_etp                  # one dispatch (or combine): the all-to-all, then the gather
     # DualPipeV pairs one micro-batch's forward with another's backward, each hiding the other's
     # a2a; so does Megatron-Core's EP overlap (ep_comm_overlap) in its paired passes, where it runs
     # at all (pp 1 or interleaved, no full recomputation: pipeline.paired_share)
@@ -159,10 +156,10 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
     paired = xp.where(~moe_rerun & (ep > 1), paired_share(sc, pp, v, m, xp), 0.0) if k.ep_overlap else 0.0
     hide = xp.where(sc == S_DUALPIPEV, 1.0, paired)
     layer_f = t_attn_lin + t_moe_lin + t_core
-    ep_f = Ls_moe * ((1.0 - hide) * 2 * t_a2a + hide * xp.maximum(0.0, 2 * t_a2a - layer_f))
-    ep_b = Ls_moe * ((1.0 - hide) * 2 * t_a2a + hide * xp.maximum(0.0, 2 * t_a2a - 2 * layer_f))
+    ep_f = Ls_moe * ((1.0 - hide) * 2 * t_disp + hide * xp.maximum(0.0, 2 * t_disp - layer_f))
+    ep_b = Ls_moe * ((1.0 - hide) * 2 * t_disp + hide * xp.maximum(0.0, 2 * t_disp - 2 * layer_f))
     # recomputing the MoE block (full recomputation, or the moe module) dispatches and combines again
-    ep_b = ep_b + xp.where(moe_rerun, Ls_moe * 2 * t_a2a, 0.0)
+    ep_b = ep_b + xp.where(moe_rerun, Ls_moe * 2 * t_disp, 0.0)
     ep_passes = 4.0 + xp.where(moe_rerun, 2.0, 0.0)   # all-to-alls per MoE layer and micro-batch
 
     # ---- host floor: the GPU runs a pass no faster than the host launches its kernels ----
@@ -189,7 +186,7 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
     n_in_d, n_in_e = n_d / b_dp, n_e / x_exp
     is_fsdp, is_hsdp = fl == F_FSDP, fl == F_HSDP
     dp_groups = dp_comm_groups(k, p, batch, xp, t, lay)
-    ar, xar, rs, xrs, ag, xag, rs_in, ag_in, hs_x, hxs, calls_d = sum_groups(dp_groups)
+    ar, xar, rs, xrs, ag, xag, rs_in, ag_in, hs_x, hxs, calls_d, gcalls_d = sum_groups(dp_groups)
 
     # FSDP/HSDP shard-group collectives (parameter all-gathers at the weights' bytes, gradient
     # reduce-scatters at the reduction's: terms.dp_comm_groups), by the workload's regather policy
@@ -296,7 +293,7 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
     pass_f, pass_b = dp_windows(t_f_comp, t_b_comp + t_w_comp, t_f - tp_f - cp_f - ep_f, t_b + t_w_comp - tp_b - cp_b - ep_b,
                                 t_f_p - gather_f_mb, t_b_p - gather_b_mb + t_w, xp)
     dp_grad_exposed = step_end_exposed(per_step_grad, pass_b, calls_d, win, last, overlap, xp)
-    dp_param_exposed = step_end_exposed(per_step_param, pass_f, calls_d, win, last, overlap, xp)
+    dp_param_exposed = step_end_exposed(per_step_param, pass_f, gcalls_d, win, last, overlap, xp)
     dp_exposed = dp_grad_exposed + dp_param_exposed
 
     # ---- optimizer step (HBM bound) ----
@@ -339,10 +336,12 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
     xb_cp = xp.where(x_cp > 1, m * Ls * 3 * (cp - 1) * kv_bytes * B / cp, 0.0)
     xb_per_gpu = xb_dp + xb_pp + xb_ep + xb_cp
     nvlink_bytes = m * (2 * tp_colls + tp_rerun) * (tp - 1) / tp * s_tp   # fwd, bwd (+ recompute)
+    # the experts' TP gathers and reduce-scatters: (et - 1) / et of a buffer of et a2a_bytes each
+    etp_bytes = xp.where(et > 1, m * Ls_moe * ep_passes * (et - 1.0) * a2a_bytes, 0.0) if k.experts else 0.0
 
     acct = {"m": m, "Ls": Ls, "Ls_moe": Ls_moe, "tp": tp, "cp": cp, "ep": ep, "et": et, "pp": pp, "cp_in": cp_in, "x_cp": x_cp,
             "ep_in": ep_in, "x_ep": x_ep, "nvlink_bytes": nvlink_bytes, "kv_bytes": kv_bytes, "bw_cp": bw_cp,
-            "a_cp": a_cp, "a2a_bytes": a2a_bytes, "t_a2a": t_a2a, "ep_passes": ep_passes, "m_ep": m_ep, "ep_nic": ep_nic, "xb_cp": xb_cp, "xb_ep": xb_ep, "xb_pp": xb_pp,
+            "a_cp": a_cp, "a2a_bytes": a2a_bytes, "t_a2a": t_a2a, "t_etp": t_etp, "etp_bytes": etp_bytes, "ep_passes": ep_passes, "m_ep": m_ep, "ep_nic": ep_nic, "xb_cp": xb_cp, "xb_ep": xb_ep, "xb_pp": xb_pp,
             "stage_gpus": stage_gpus, "b_pp": b_pp, "hops": hops, "xhops": xhops, "s_pp": s_pp, "msgs": msgs,
             "t_p2p_x": t_p2p_x, "t_p2p_in": t_p2p_in, "dp_groups": dp_groups, "fl": fl,
             "fsdp_gathers": fsdp_gathers, "fsdp_reduces": fsdp_reduces,
@@ -370,7 +369,7 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
         "straggler_s": straggler,
         "xb_bytes_per_gpu": xb_per_gpu,
         "xb_bytes_per_step": xb_per_gpu * k.n_gpus,
-        "nvlink_bytes_per_gpu": nvlink_bytes,
+        "nvlink_bytes_per_gpu": nvlink_bytes + etp_bytes,
         # the cross-building bytes by parallel dimension, and the step-end DP collectives' link
         # time against what of it is exposed (Calculon's link vs exposed split)
         "xb_dp_bytes_per_gpu": xb_dp, "xb_pp_bytes_per_gpu": xb_pp, "xb_ep_bytes_per_gpu": xb_ep,

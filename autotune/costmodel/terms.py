@@ -257,13 +257,15 @@ class DPComm(NamedTuple):
     ag_in: object   # HSDP all-gather inside the replica
     hs_x: object    # HSDP all-reduce of the shard across replicas
     hxs: object     # its cross-building bytes
-    calls: object   # collectives per step (buckets or FSDP units)
+    calls: object   # reductions per step (buckets, or FSDP / ZeRO-3 reduce-scatters: fsdp_calls)
+    gcalls: object  # parameter all-gathers per pass (ZeRO-1's buckets, FSDP / ZeRO-3's: fsdp_calls)
 
 
 def dp_comm_groups(k: ScenarioConsts, p: CostParams, batch, xp, t: Transport | None = None,
                    lay: Layout | None = None) -> tuple:
     """The data-parallel term, one DPComm per group: (dense,) or (dense, expert). Collectives per step: DDP / ZeRO-1 reduce per gradient bucket
-    (dp_bucket_mib); FSDP / HSDP gather and reduce per unit (workload.fsdp_unit_layers layers).
+    (dp_bucket_mib); FSDP / HSDP gather and reduce at the workload's granularity (``fsdp_calls``:
+    per unit of workload.fsdp_unit_layers layers, per module or per parameter tensor).
     Each call pays its own start-up, ring steps and window; the bytes split evenly over the
     calls (buckets hold the reduced gradients: framework_bucket, dp_bucket_mib).
     Gradients are reduced at ``k.reduce_bytes`` an element (fp32 under Megatron's default;
@@ -292,7 +294,7 @@ def dp_comm_groups(k: ScenarioConsts, p: CostParams, batch, xp, t: Transport | N
     is_ddp, is_fsdp, is_hsdp = fl == F_DDP, fl == F_FSDP, fl == F_HSDP
     units = xp.ceil(Ls / k.fsdp_unit_layers)
 
-    def group(P, n_in, n_x, stride):
+    def group(P, n_in, n_x, stride, layers):
         """One group's collectives per step: DDP all-reduce; ZeRO-1 and FSDP reduce-scatter;
         HSDP reduce-scatter inside and all-reduce of the shard across; one ``collective`` call
         for the reduction of every row, one for the parameters' all-gathers where they move other
@@ -304,7 +306,7 @@ def dp_comm_groups(k: ScenarioConsts, p: CostParams, batch, xp, t: Transport | N
         pat_ok = xp.where(stride >= k.node, 1.0, 0.0)
         nb = xp.maximum(1.0, xp.ceil(P * k.reduce_bytes / bucket))     # buckets of reduced gradients
         sharded = is_fsdp | is_hsdp
-        reduces, gathers = fsdp_calls(k, P, Ls, units, xp)
+        reduces, gathers = fsdp_calls(k, P, layers, units, xp)
         calls = xp.where(sharded, reduces, nb)
         gcalls = xp.where(sharded, gathers, nb)
         rb = k.reduce_bytes if k.fsdp_reduce_bytes == k.reduce_bytes else \
@@ -340,11 +342,11 @@ def dp_comm_groups(k: ScenarioConsts, p: CostParams, batch, xp, t: Transport | N
         is_shard = (fl == F_ZERO1) | is_fsdp
         return DPComm(xp.where(is_ddp, t1, 0.0), xp.where(is_ddp, x1, 0.0), xp.where(is_shard, t1, 0.0),
                       xp.where(is_shard, x1, 0.0), xp.where(is_shard, t_ag, 0.0), xp.where(is_shard, x_ag, 0.0),
-                      xp.where(is_hsdp, t1, 0.0), xp.where(is_hsdp, t_ag, 0.0), hs_x_, hxs_, calls)
+                      xp.where(is_hsdp, t1, 0.0), xp.where(is_hsdp, t_ag, 0.0), hs_x_, hxs_, calls, gcalls)
 
-    parts = [group(P_dense, n_in_d, b_dp, tp)]
+    parts = [group(P_dense, n_in_d, b_dp, tp, Ls)]
     if k.experts:
-        parts.append(group(P_exp, n_in_e, x_exp, et * ep))
+        parts.append(group(P_exp, n_in_e, x_exp, et * ep, xp.maximum(lay.Ls_moe, 1.0)))
     if p.dp_collective_scale != 1.0:                     # 0 must give 0 even where a time is infinite
         s = p.dp_collective_scale
         parts = [g._replace(**{n: xp.where(s == 0.0, 0.0, getattr(g, n) * s) for n in ("ar", "rs", "ag", "rs_in",
@@ -359,7 +361,13 @@ def fsdp_calls(k: ScenarioConsts, P, Ls, units, xp):
     one of each per parameter tensor (DeepSpeed <= v0.5: partition_parameters._allgather_param and
     one reduce_scatter per gradient); module, an all-gather per linear module, modules smaller than
     the prefetch bucket sharing one (DeepSpeed >= v0.6, all_gather_coalesced), and a reduce-scatter
-    per reduce bucket (reduce_scatter_coalesced; ``constants.ZERO3_*_BUCKET_ELEMS``)."""
+    per reduce bucket (reduce_scatter_coalesced; ``constants.ZERO3_*_BUCKET_ELEMS``).
+    Approximations: at least one gather per layer (a fetch starts at each layer's first module;
+    the prefetch may in fact fold a small layer into its neighbour's call); the expert group counts
+    its MoE layers with the dense layer's module and tensor counts (its local experts' weights
+    share the calls); ``fsdp_unit_layers`` applies to ``unit`` only. The per-tensor copies are
+    timed with the call (``dp_comm_groups``) and never hidden: ``iteration_formulas`` turns the
+    FSDP overlap off under ``parameter`` (DeepSpeed <= v0.5 synchronized before each gather)."""
     if k.fsdp_gather == FSDP_GATHER_PARAMETER:
         n = Ls * k.layer_tensors
         return n, n

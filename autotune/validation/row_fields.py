@@ -30,21 +30,36 @@ def _stated(row: dict, column: str, mapper, why: str):
     return value
 
 
-_FSDP_GATHER_RULES = [(r"param|tensor|v?0\.[345]\b", "parameter"),
-                      (r"module|coalesc|v?0\.(?:[6-9]|1\d)\b|v?[1-9]\.\d", "module"),
-                      (r"unit|block|fully_shard|fsdp|layer", "unit")]
-"""Spellings of ``fsdp_gather`` (WorkloadSpec.fsdp_gather): per parameter tensor (DeepSpeed ZeRO-3
-up to v0.5), per module (DeepSpeed from v0.6: "coalesced", a version such as "0.7"), per FSDP unit
-(PyTorch FSDP's ``fully_shard`` per block, Megatron-Core FSDP)."""
+_VERSION = re.compile(r"(?<![\d.])v?(\d+)\.(\d+)")
+_FSDP_GATHER_WORDS = [(r"^(unit|module|parameter)(?:$|\s*[(;,:])", None),   # the value alone, or before a note
+                      (r"\bper[- ]?(?:param(?:eter)?|tensor)s?\b|\beach (?:param(?:eter)?|tensor)\b", "parameter"),
+                      (r"coalesc", "module"),
+                      (r"fsdp|fully_shard|wrap|\bunits?\b|\bblocks?\b|\blayers?\b", "unit"),
+                      (r"\bmodules?\b", "module"),
+                      (r"\bparam(?:eter)?s?\b|\btensors?\b", "parameter")]
+"""Spellings of ``fsdp_gather`` (WorkloadSpec.fsdp_gather), tried in this order: the value itself,
+alone or before a note in brackets; "per parameter" / "per tensor"; "coalesced" (module); FSDP, fully_shard,
+wrap policies, units, blocks, layers (unit); "module"; "parameter" / "tensor". A DeepSpeed version
+(the cell names DeepSpeed, or holds nothing but a version such as "v0.5.4") reads by number:
+up to 0.5 per parameter, from 0.6 per module (``all_gather_coalesced`` arrived in v0.6.0)."""
+
+
+def read_fsdp_gather(text: str) -> str | None:
+    """The granularity a ``fsdp_gather`` cell names (``_FSDP_GATHER_WORDS``), None if none."""
+    t = text.lower().strip()
+    first = re.match(_FSDP_GATHER_WORDS[0][0], t)
+    if first:
+        return first.group(1)
+    version = _VERSION.search(t)
+    if version and ("deepspeed" in t or re.fullmatch(r"v?\d+\.\d+(?:\.\d+)?", t)):
+        return "parameter" if (int(version.group(1)), int(version.group(2))) <= (0, 5) else "module"
+    return next((name for pat, name in _FSDP_GATHER_WORDS[1:] if re.search(pat, t)), None)
 
 
 def _fsdp_gather(row: dict, assumed: list, deepspeed_zero3: bool) -> str:
     """``fsdp_gather`` as stated; empty: ``module`` for a DeepSpeed ZeRO-3 row (named among the
     row's assumptions: what DeepSpeed has done since v0.6), ``unit`` otherwise."""
-    def read(text):
-        t = text.lower()
-        return next((name for pat, name in _FSDP_GATHER_RULES if re.search(pat, t)), None)
-    stated = _stated(row, "fsdp_gather", read, "not one of unit, module or parameter (how FSDP / ZeRO-3 "
+    stated = _stated(row, "fsdp_gather", read_fsdp_gather, "not one of unit, module or parameter (how FSDP / ZeRO-3 "
                      "issues its collectives; a DeepSpeed version such as 0.5 or 0.7 also reads)")
     if stated is not None:
         return stated
