@@ -157,6 +157,17 @@ def test_study_says_what_it_does_before_the_first_trial(capsys, tmp_path):
     err = capsys.readouterr().err
     for phase in ("opening the study", "measuring the baselines", "starting random"):
         assert phase in err
+    assert "TPE's start-up" not in err
+
+
+def test_tpe_says_it_ranks_the_model_before_its_first_trial(capsys, tmp_path):
+    """The model start-up ranks the space before the first trial (seconds on large spaces): a
+    phase line says so instead of a silent wait."""
+    from autotune.study import StudyRunner
+    scen = build_scenario("llama3-8b", "campus-5bldg")
+    StudyRunner(scen, strategy="tpe", trials=2, storage=f"sqlite:///{tmp_path}/s.db", track=False,
+                progress=True, strategy_options={"startup": "model"}).run()
+    assert "TPE's start-up: ranking the model's fastest of" in capsys.readouterr().err
 
 
 def test_evaluate_simulate_announces_the_simulation(run_cli):

@@ -40,6 +40,10 @@ def run_session(run) -> dict:
     run._say(f"starting {run.strategy.name}: {stored} trials stored, "
              + (f"{budget.trials} more wanted" if budget.trials is not None else f"until {budget.until}"))
     run.strategy.bind(run.space, run.encoding, run.seed)
+    from ..strategies.optuna_samplers import STARTUP_TRIALS
+    if getattr(run.strategy, "startup", None) == "model" and stored < STARTUP_TRIALS:
+        run._say(f"TPE's start-up: ranking the model's fastest of {run.space.legal_count():,} configurations "
+                 "(the first trial waits for it)")
     callbacks, cb = [], None
     if tracker is not None:
         from ..tracking_callback import MLflowCallback
