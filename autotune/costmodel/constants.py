@@ -160,6 +160,13 @@ being fetched and those prefetched after it share the call (WorkloadSpec.fsdp_ga
 ZERO3_REDUCE_BUCKET_ELEMS = 5e8
 """Gradient elements per reduce-scatter of DeepSpeed ZeRO-3 (v0.6 and later): reduce_bucket_size's
 default, 500,000,000 (reduce_scatter_coalesced over the bucket)."""
+ZERO3_MAX_REUSE_DISTANCE_ELEMS = 1e9
+"""DeepSpeed ZeRO-3 keeps a fetched parameter after its module ran only if the parameter is used
+again within this many parameters of the modules traced next (stage3_max_reuse_distance's default,
+1,000,000,000 from v0.3 to today; PartitionedParameterCoordinator.__params_to_release). Under full
+recomputation a module's recompute forward and its backward are separated by twice the parameters
+of the modules after it in the layer, so the large early modules of a large layer are gathered
+again for their backward (``terms.zero3_refetch_share``)."""
 LIST_COLLECTIVE_COPY_s = 5e-6
 """Host seconds per rank of a list all-gather or reduce-scatter: PyTorch's ProcessGroupNCCL (1.8-1.10)
 runs one NCCL call on a flat buffer and copies each of the world-size list entries out of it (into

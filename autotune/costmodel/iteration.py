@@ -18,7 +18,7 @@ from .stragglers import straggler_scale
 from .pipeline import (S_1F1B, S_DUALPIPEV, S_GPIPE, S_INTERLEAVED, S_ZBV, bubble_time, chain_hops,
                        in_flight_microbatches, pipe_memory, paired_share, step_end_exposed, sync_windows)
 from .terms import (F_DDP, F_FSDP, F_HSDP, F_ZERO1, P_CP_OUT, P_DP_OUT, P_EP_OUT, P_HYBRID,  # noqa: F401
-                    P_PP_OUT, Transport, dp_comm_groups, expert_tp, layout, sum_groups)
+                    P_PP_OUT, Transport, dp_comm_groups, expert_tp, layout, sum_groups, zero3_refetch_share)
 from .kernels import memory_bound_time_s
 from .memory import memory_per_gpu
 from .recompute import moe_block_rerun, step_flops, tp_collectives_rerun
@@ -203,9 +203,10 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
     shard_rs = xp.where(is_fsdp, rs, xp.where(is_hsdp, rs_in, 0.0))
     shard_ag = xp.where(is_fsdp, ag, xp.where(is_hsdp, ag_in, 0.0))
     rg = k.fsdp_regather
-    if rg == FSDP_EVERY_PASS:
-        gather_f_mb, gather_b_mb, step_rs, step_ag = shard_ag, shard_ag + shard_rs, 0.0, 0.0
-        pass_gathers, pass_reduces = 2 * m, m
+    if rg == FSDP_EVERY_PASS:   # ZeRO-3 re-gathers under full recomputation what it released
+        again = xp.where(rc == R_FULL, zero3_refetch_share(k, tp, xp), 0.0) if k.fsdp_gather else 0.0
+        gather_f_mb, gather_b_mb, step_rs, step_ag = shard_ag, (1.0 + again) * shard_ag + shard_rs, 0.0, 0.0
+        pass_gathers, pass_reduces = (2.0 + again) * m, m
     elif rg == FSDP_FORWARD:
         P_root = k.vocab * k.h / tp * xp.where(lay.head_on_first, 2.0, 1.0)
         layer_share = (P_dense + P_exp - P_root) / (P_dense + P_exp)   # bytes share; latency terms approximated

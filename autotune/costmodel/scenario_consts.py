@@ -73,6 +73,7 @@ class ScenarioConsts:
     fsdp_gather: int = 0         # FSDP_GATHER_UNIT, _MODULE or _PARAMETER (WorkloadSpec.fsdp_gather)
     layer_linears: float = 4.0   # linear modules of a layer (fsdp_gather_counts)
     layer_tensors: float = 6.0   # parameter tensors of a layer (fsdp_gather_counts)
+    layer_modules: tuple = ()    # the layer's linear modules in forward order, (parameters, split by tp)
 
 
 FSDP_EVERY_PASS, FSDP_FORWARD, FSDP_NEVER = range(3)
@@ -248,10 +249,14 @@ def fsdp_gather_counts(m) -> dict:
     and output for GQA) and Megatron's two MLP linears (fc1 with gate and up fused, fc2); a
     GPT-style layer (not gated) carries a bias on each linear and LayerNorm's two tensors on each
     of its 2 norms, a gated (Llama-style) one weights only and RMSNorm's one. GPT-3: 4 linears,
-    12 tensors."""
+    12 tensors. ``layer_modules``: the linears' parameters in forward order (QKV, output, fc1 with
+    gate and up, fc2), and whether TP splits each."""
     bias = 0.0 if m.mlp_matrices == 3 else 1.0
     linears = float(len(m.attn_gemms) + 2)
-    return {"layer_linears": linears, "layer_tensors": linears * (1.0 + bias) + 2.0 * (1.0 + bias)}
+    modules = tuple((float(K * N), split != "") for K, N, split in m.attn_gemms) + (
+        (float(m.hidden * (m.mlp_matrices - 1) * m.ffn_hidden), True), (float(m.ffn_hidden * m.hidden), True))
+    return {"layer_linears": linears, "layer_tensors": linears * (1.0 + bias) + 2.0 * (1.0 + bias),
+            "layer_modules": modules}
 
 
 def host_launch_seconds(params: CostParams, flash: bool, async_launch: bool = True) -> dict:

@@ -378,6 +378,23 @@ def fsdp_calls(k: ScenarioConsts, P, Ls, units, xp):
     return units, units
 
 
+def zero3_refetch_share(k: ScenarioConsts, tp, xp):
+    """Share of a layer's parameters ZeRO-3 gathers a second time in the backward under full
+    recomputation (``fsdp_gather`` module or parameter, DeepSpeed's coordinator): a module's
+    parameters, released after its recompute forward, come back for its backward unless they are
+    reused within ``constants.ZERO3_MAX_REUSE_DISTANCE_ELEMS`` of parameters traced after it, which
+    are the modules after it in the forward and the same again in the backward (2 x their
+    parameters, per rank: a TP-split module holds 1 / tp). GPT-3 175B at tp 1: QKV, output and fc1
+    (2/3 of the layer) come back, fc2 stays; a layer under 5e8 parameters keeps everything."""
+    sizes = [xp.asfloat(n) / tp if split else xp.asfloat(n) + 0.0 * tp for n, split in k.layer_modules]
+    total = sum(sizes)
+    again, after = 0.0 * tp, 0.0 * tp
+    for size in reversed(sizes):
+        again = again + xp.where(2.0 * after >= C.ZERO3_MAX_REUSE_DISTANCE_ELEMS, size, 0.0)
+        after = after + size
+    return again / total
+
+
 def sum_groups(parts: tuple) -> DPComm:
     """The dense and (if any) expert groups' DPComm added field by field (the expert group's
     buckets / units are calls too)."""
