@@ -143,7 +143,7 @@ def test_zero3_regathers_what_its_recompute_forward_released():
     gathers QKV, output and fc1 again for their backward (2/3 of the layer), fc2 stays; at tp 8,
     or for an 8B model's layer, everything stays."""
     from autotune.costmodel.scenario_consts import scenario_consts
-    from autotune.costmodel.terms import zero3_refetch_share
+    from autotune.costmodel.zero3 import zero3_refetch_share
     from autotune.costmodel.xp import SCALAR as X
     gpt = scenario_consts(_scen("module"), default_params())
     h = 12288

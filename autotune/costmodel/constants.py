@@ -166,7 +166,7 @@ again within this many parameters of the modules traced next (stage3_max_reuse_d
 1,000,000,000 from v0.3 to today; PartitionedParameterCoordinator.__params_to_release). Under full
 recomputation a module's recompute forward and its backward are separated by twice the parameters
 of the modules after it in the layer, so the large early modules of a large layer are gathered
-again for their backward (``terms.zero3_refetch_share``)."""
+again for their backward (``zero3.zero3_refetch_share``)."""
 LIST_COLLECTIVE_COPY_s = 5e-6
 """Host seconds per rank of a list all-gather or reduce-scatter: PyTorch's ProcessGroupNCCL (1.8-1.10)
 runs one NCCL call on a flat buffer and copies each of the world-size list entries out of it (into

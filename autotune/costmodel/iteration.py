@@ -6,8 +6,6 @@ arithmetic; no Python loop runs per configuration. ``evaluate`` is this path wit
 """
 from __future__ import annotations
 
-import numpy as np
-
 from ..specs.codes import Recompute
 from ..configbatch import scalar_row as _scalar_row
 from ..specs.scenario import Scenario
@@ -18,8 +16,9 @@ from .stragglers import straggler_scale
 from .pipeline import (S_1F1B, S_DUALPIPEV, S_GPIPE, S_INTERLEAVED, S_ZBV, bubble_time, chain_hops,
                        in_flight_microbatches, pipe_memory, paired_share, step_end_exposed, sync_windows)
 from .terms import (F_DDP, F_FSDP, F_HSDP, F_ZERO1, P_CP_OUT, P_DP_OUT, P_EP_OUT, P_HYBRID,  # noqa: F401
-                    P_PP_OUT, Transport, dp_comm_groups, expert_tp, layout, sum_groups, zero3_refetch_share)
+                    P_PP_OUT, Transport, dp_comm_groups, expert_tp, layout, sum_groups)
 from .kernels import memory_bound_time_s
+from .zero3 import zero3_refetch_share
 from .memory import memory_per_gpu
 from .recompute import moe_block_rerun, step_flops, tp_collectives_rerun
 from .compute_pass import pass_compute

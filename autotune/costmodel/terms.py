@@ -21,6 +21,7 @@ from .pipeline import head_on_first_rank
 from .scenario_consts import (FSDP_GATHER_MODULE, FSDP_GATHER_PARAMETER, LAYOUT_ENDS, LAYOUT_EVEN, ScenarioConsts,
                               ring_tier_of_span)
 from .stage_split import rank_layers
+from .zero3 import fsdp_calls
 
 P_DP_OUT, P_PP_OUT, P_HYBRID, P_EP_OUT, P_CP_OUT = Placement.codes()   # codes: specs/codes.py
 F_DDP, F_ZERO1, F_FSDP, F_HSDP = DPFlavour.codes()   # codes: specs/codes.py
@@ -353,46 +354,6 @@ def dp_comm_groups(k: ScenarioConsts, p: CostParams, batch, xp, t: Transport | N
                                                                                          "ag_in", "hs_x")})
                  for g in parts]
     return tuple(parts)
-
-
-def fsdp_calls(k: ScenarioConsts, P, Ls, units, xp):
-    """Reduce-scatters and all-gathers per pass of an FSDP / ZeRO-3 group holding P parameters in
-    Ls layers (WorkloadSpec.fsdp_gather): unit, one of each per FSDP unit (``units``); parameter,
-    one of each per parameter tensor (DeepSpeed <= v0.5: partition_parameters._allgather_param and
-    one reduce_scatter per gradient); module, an all-gather per linear module, modules smaller than
-    the prefetch bucket sharing one (DeepSpeed >= v0.6, all_gather_coalesced), and a reduce-scatter
-    per reduce bucket (reduce_scatter_coalesced; ``constants.ZERO3_*_BUCKET_ELEMS``).
-    Approximations: at least one gather per layer (a fetch starts at each layer's first module;
-    the prefetch may in fact fold a small layer into its neighbour's call); the expert group counts
-    its MoE layers with the dense layer's module and tensor counts (its local experts' weights
-    share the calls); ``fsdp_unit_layers`` applies to ``unit`` only. The per-tensor copies are
-    timed with the call (``dp_comm_groups``) and never hidden: ``iteration_formulas`` turns the
-    FSDP overlap off under ``parameter`` (DeepSpeed <= v0.5 synchronized before each gather)."""
-    if k.fsdp_gather == FSDP_GATHER_PARAMETER:
-        n = Ls * k.layer_tensors
-        return n, n
-    if k.fsdp_gather == FSDP_GATHER_MODULE:
-        per_layer = xp.minimum(xp.maximum(xp.ceil(P / xp.maximum(Ls, 1.0) / C.ZERO3_PREFETCH_BUCKET_ELEMS), 1.0),
-                               k.layer_linears)
-        return xp.maximum(1.0, xp.ceil(P / C.ZERO3_REDUCE_BUCKET_ELEMS)), xp.maximum(Ls, 1.0) * per_layer
-    return units, units
-
-
-def zero3_refetch_share(k: ScenarioConsts, tp, xp):
-    """Share of a layer's parameters ZeRO-3 gathers a second time in the backward under full
-    recomputation (``fsdp_gather`` module or parameter, DeepSpeed's coordinator): a module's
-    parameters, released after its recompute forward, come back for its backward unless they are
-    reused within ``constants.ZERO3_MAX_REUSE_DISTANCE_ELEMS`` of parameters traced after it, which
-    are the modules after it in the forward and the same again in the backward (2 x their
-    parameters, per rank: a TP-split module holds 1 / tp). GPT-3 175B at tp 1: QKV, output and fc1
-    (2/3 of the layer) come back, fc2 stays; a layer under 5e8 parameters keeps everything."""
-    sizes = [xp.asfloat(n) / tp if split else xp.asfloat(n) + 0.0 * tp for n, split in k.layer_modules]
-    total = sum(sizes)
-    again, after = 0.0 * tp, 0.0 * tp
-    for size in reversed(sizes):
-        again = again + xp.where(2.0 * after >= C.ZERO3_MAX_REUSE_DISTANCE_ELEMS, size, 0.0)
-        after = after + size
-    return again / total
 
 
 def sum_groups(parts: tuple) -> DPComm:

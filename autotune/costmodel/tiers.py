@@ -89,12 +89,14 @@ def accounting(k, a: dict, xp) -> dict:
     add("ep", x_code, bytes_=a["xb_ep"])
     # the experts' TP gathers of the routed tokens (etp > 1) ride NVLink after each all-to-all; the
     # exposed EP time splits between the two tiers as their link times do
-    t_disp = a["t_a2a"] + a["t_etp"]
-    etp_share = xp.where(t_disp > 0, a["t_etp"] / xp.maximum(t_disp, 1e-30), 0.0)
+    etp_share = 0.0
+    if k.experts:
+        t_disp = a["t_a2a"] + a["t_etp"]
+        etp_share = xp.where(t_disp > 0, a["t_etp"] / xp.maximum(t_disp, 1e-30), 0.0)
+        add("ep", T_NVLINK, bytes_=a["etp_bytes"], link=m * Ls_moe * a["ep_passes"] * a["t_etp"],
+            exposed=etp_share * a["ep_s"])
     add("ep", xp.where(a["x_ep"] > 1, x_code, ep_in_code), link=m * Ls_moe * a["ep_passes"] * a["t_a2a"],
         exposed=(1.0 - etp_share) * a["ep_s"])
-    add("ep", T_NVLINK, bytes_=a["etp_bytes"], link=m * Ls_moe * a["ep_passes"] * a["t_etp"],
-        exposed=etp_share * a["ep_s"])
     # PP: hop bytes of the chain; the bottleneck rank's sends, forward and backward
     has_pp = a["pp"] > 1
     pp_in_code = in_building_tier(k, 2.0 * a["stage_gpus"], xp)
