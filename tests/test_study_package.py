@@ -188,3 +188,30 @@ def test_experiment_name_is_stored_and_inherited_by_workers(tmp_path, monkeypatc
     code, out, err = run(["worker", "--study-name", "e", "--storage", storage, "--trials", "1",
                           "--experiment-name", "other"])
     assert code == 2 and "--experiment-name" in err and "'team-x'" in err and len(err.strip().splitlines()) == 1
+
+
+def _open_after(url, barrier, results):
+    from autotune.study.storage import open_storage
+    barrier.wait()
+    try:
+        open_storage(url)
+        results.put("ok")
+    except BaseException as e:  # noqa: BLE001 - reported to the parent
+        results.put(f"{type(e).__name__}: {e}")
+
+
+def test_workers_opening_a_new_database_at_the_same_moment_all_get_it(tmp_path):
+    """Six processes open one new SQLite storage at once (parallel workers, or a monitor polling the
+    study while the first worker creates it: CI's crash-resume test hit this). Before the fix the
+    losers of the schema race got a one-line '--storage' error (IntegrityError) 34 times in 60."""
+    import multiprocessing as mp
+    for rep in range(3):
+        url = f"sqlite:///{tmp_path}/race{rep}.db"
+        barrier, results = mp.Barrier(6), mp.Queue()
+        procs = [mp.Process(target=_open_after, args=(url, barrier, results)) for _ in range(6)]
+        for p in procs:
+            p.start()
+        for p in procs:
+            p.join(60)
+        got = [results.get(timeout=5) for _ in procs]
+        assert got == ["ok"] * 6, got

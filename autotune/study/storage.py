@@ -25,6 +25,11 @@ STORAGE_BACKOFF_s = 0.5
 """A lost storage connection is retried 4 times, waiting 0.5, 1, 2 and 4 s."""
 STORAGE_ERRORS = (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError,
                   optuna.exceptions.StorageInternalError, optuna.exceptions.UpdateFinishedTrialError)
+SCHEMA_RACE_WORDS = ("unique constraint", "duplicate key", "already exists", "database is locked")
+"""What the database says when two processes create a new database's tables and version row at
+once (RDBStorage's ``create_all`` + ``init_version_info_model``); the loser opens again and finds
+the schema in place. Any other error (a host that does not answer, a bad password) is reported
+at once."""
 TOLD_BY_ANOTHER = object()
 """What a ``tell`` returns when another worker had already finished the same trial."""
 
@@ -41,16 +46,28 @@ def open_storage(url: str):
     from ..sqlitecheck import check_sqlite_url
     check_sqlite_url(url, "--storage")          # a missing folder, an empty or garbled file: one line, nothing opened
     url = driver_url(url)
-    try:
-        with warnings.catch_warnings():          # the heartbeat arguments are marked experimental
-            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs(url),
-                                              heartbeat_interval=HEARTBEAT_INTERVAL_s, grace_period=HEARTBEAT_GRACE_s)
-    except UserInputError:
-        raise
-    except Exception as e:  # noqa: BLE001 - unreachable or malformed database URL
-        raise UserInputError("--storage", mask_uri(url), f"a reachable SQLAlchemy database URL ({type(e).__name__})") \
-            from None
+    for attempt in range(STORAGE_RETRIES + 1):
+        try:
+            with warnings.catch_warnings():          # the heartbeat arguments are marked experimental
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs(url),
+                                                  heartbeat_interval=HEARTBEAT_INTERVAL_s,
+                                                  grace_period=HEARTBEAT_GRACE_s)
+        except UserInputError:
+            raise
+        except sqlalchemy.exc.DBAPIError as e:
+            if not any(w in str(e).lower() for w in SCHEMA_RACE_WORDS):
+                raise UserInputError("--storage", mask_uri(url),
+                                     f"a reachable SQLAlchemy database URL ({type(e).__name__})") from None
+            # another process (a parallel worker, a monitor reading the study) created the schema
+            # in the same moment: its version row wins, ours is a duplicate; open again
+            if attempt == STORAGE_RETRIES:
+                raise UserInputError("--storage", mask_uri(url), "a database no other process keeps locked "
+                                     f"(schema creation failed {attempt + 1} times)") from None
+            time.sleep(STORAGE_BACKOFF_s * 2 ** attempt)
+        except Exception as e:  # noqa: BLE001 - unreachable or malformed database URL
+            raise UserInputError("--storage", mask_uri(url),
+                                 f"a reachable SQLAlchemy database URL ({type(e).__name__})") from None
 
 
 def stored_attrs(storage, study_name: str) -> dict | None:
