@@ -302,3 +302,31 @@ def test_unstated_schedule_of_a_dense_megatron_row_is_the_fastest_that_fits(tmp_
     assert not any(a.startswith("pp_schedule=") for r in rows[1:3] for a in r["assumptions"])
     assert any(a.startswith("pp_schedule=interleaved_1f1b") for a in rows[3]["assumptions"])
     assert "pp_schedule=1f1b, vpp=1 (the fastest that fits)" in rows[4]["assumptions"]   # 26 layers over pp 4
+
+
+@pytest.mark.parametrize("text, want", [("1", 1), ("8", 8), ("20480 wide", 8), ("width 20480", 8),
+                                        ("1 x 20480 wide", 8), ("0", 0)])
+def test_shared_experts_read_as_a_count_or_a_width(tmp_path, text, want):
+    """Qwen2-57B-A14B's one shared expert is 20,480 wide, 8 widths of its 2,560-wide routed
+    experts: the column takes either spelling, and the model prices 8 widths."""
+    p = _write(tmp_path, [{"moe_experts": "64", "moe_topk": "8", "expert_ffn_hidden": "2560", "ep": "8",
+                           "moe_shared_experts": text}])
+    (case,), skipped = V.read_runs(p)
+    assert not skipped and case.scenario.model.moe_shared_experts == want
+
+
+def test_a_shared_width_that_is_not_whole_expert_widths_skips_the_row(tmp_path):
+    p = _write(tmp_path, [{}, {"moe_experts": "64", "moe_topk": "8", "expert_ffn_hidden": "2560", "ep": "8",
+                               "moe_shared_experts": "20000 wide"}])
+    cases, skipped = V.read_runs(p)
+    assert len(cases) == 1 and skipped[0]["column"] == "moe_shared_experts" and "2560" in skipped[0]["reason"]
+
+
+def test_published_qwen2_moe_rows_count_the_shared_expert_at_its_width():
+    """Data check: Qwen2-57B-A14B (HF config: shared_expert_intermediate_size 20480,
+    moe_intermediate_size 2560) comes to its stated 57B parameters only with the shared expert's
+    full width; counted as one routed width it was 52B."""
+    cases, _ = V.read_runs()
+    qwen2 = [c for c in cases if c.model_name.startswith("Qwen2-57B")]
+    assert qwen2 and all(c.scenario.model.moe_shared_experts == 8 for c in qwen2)
+    assert all(abs(c.scenario.model.total_params / 57.4e9 - 1) < 0.02 for c in qwen2)

@@ -98,6 +98,32 @@ def _flash(row: dict, assumed: list) -> bool:
     return True
 
 
+_SHARED_WIDTH = re.compile(r"^\s*(?:(\d+)\s*[x*]\s*)?(\d+)\s*(?:wide|width)\s*$|^\s*(?:width\s*[=:]?\s*)(\d+)\s*$")
+
+
+def read_shared_experts(text: str, expert_ffn: int) -> int | None:
+    """``moe_shared_experts``: a count of routed-expert widths ("1", "8"), or the shared experts'
+    width ("20480 wide", "width 20480", "2 x 1408 wide"), read as that width over expert_ffn_hidden
+    (Qwen2-57B-A14B's one shared expert of 20480 is 8 widths of its 2,560-wide routed experts).
+    None where the text is neither, or the width is not a whole number of expert widths."""
+    t = (text or "").strip().lower()
+    if re.fullmatch(r"\d+", t):
+        return int(t)
+    m = _SHARED_WIDTH.match(t)
+    if not m or expert_ffn <= 0:
+        return None
+    width = int(m.group(2) or m.group(3)) * int(m.group(1) or 1)
+    return width // expert_ffn if width % expert_ffn == 0 else None
+
+
+def _shared_experts(row: dict, expert_ffn: int) -> int:
+    """Shared experts in routed-expert widths (ModelSpec.moe_shared_experts), 0 where empty."""
+    shared = _stated(row, "moe_shared_experts", lambda t: read_shared_experts(t, expert_ffn),
+                     f"neither a count of expert widths nor a width that is a whole multiple of "
+                     f"expert_ffn_hidden {expert_ffn} (e.g. 1, or '20480 wide')")
+    return shared or 0
+
+
 def _pipeline_layout(row: dict, assumed: list, framework: str, pp: int) -> str | None:
     """``pipeline_layout`` as stated (even / ends / balanced, or their spellings); not stated, ends
     for torchtitan (named in ``framework`` or the source), else None: the framework class's default

@@ -17,7 +17,7 @@ from .columns import (schedule_stated, ALWAYS_RECOMPUTE_SOURCES, ASSUMED_FFN_MUL
                       RECOMPUTE_VALUES, Skip, _cell, _int,
                       _match_flavour, _match_schedule, is_deepspeed_zero3, map_flavour, map_gpu, map_schedule, one_line,
                       source_family)
-from .row_fields import (RACK_SCALE_DOMAIN_GPUS, _convention, _fsdp_gather, _flag, _flash, _grad_dtype, _grad_reduce_dtype, _moments, _pipeline_layout, _recompute_modules, _ep_dedup, _ep_overlap, _float, _framework, _hardware,
+from .row_fields import (RACK_SCALE_DOMAIN_GPUS, _shared_experts, _convention, _fsdp_gather, _flag, _flash, _grad_dtype, _grad_reduce_dtype, _moments, _pipeline_layout, _recompute_modules, _ep_dedup, _ep_overlap, _float, _framework, _hardware,
                          _post_validation, _tp_overlap)
 
 @dataclass
@@ -142,7 +142,7 @@ def build_case(i: int, row: dict) -> RunCase:
     ffn_e = 0
     if experts:
         ffn_e = stated_or("expert_ffn_hidden", ffn, "ffn_hidden")
-    shared = _int(row, "moe_shared_experts", 0, allow_zero=True) if experts else 0
+    shared = _shared_experts(row, ffn_e) if experts else 0
     first_dense = _int(row, "first_k_dense", 0, allow_zero=True) if experts else 0
     layer_step = _int(row, "moe_layer_step", 1) if experts else 1
     framework = _framework(row, assumed)
