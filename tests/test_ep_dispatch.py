@@ -98,3 +98,14 @@ def test_megatron_launch_names_the_dispatcher_and_sets_ep_overlap_only_where_it_
     args, notes = megatron_args(_scen(ep_comm_overlap=True), bad)
     assert "--moe-token-dispatcher-type alltoall" in args and "--overlap-moe-expert-parallel-comm" not in args
     assert any("ep_comm_overlap" in n for n in notes)
+
+
+def test_megatron_launch_states_the_routing():
+    from autotune.launch import megatron_args
+    cfg = Config(tp=1, pp=8, dp=32, ep=32, micro_batch=1, dp_flavour="zero1", recompute="selective")
+    args, _ = megatron_args(_scen(moe_routing="capacity", moe_capacity_factor=1.25), cfg)
+    assert "--moe-expert-capacity-factor 1.25" in args and "--moe-router-force-load-balancing" not in args
+    args, notes = megatron_args(_scen(moe_routing="balanced"), cfg)
+    assert "--moe-router-force-load-balancing" in args and any("benchmarking" in n for n in notes)
+    args, _ = megatron_args(_scen(), cfg)
+    assert not any("capacity" in a or "force-load" in a for a in args)

@@ -330,3 +330,26 @@ def test_published_qwen2_moe_rows_count_the_shared_expert_at_its_width():
     qwen2 = [c for c in cases if c.model_name.startswith("Qwen2-57B")]
     assert qwen2 and all(c.scenario.model.moe_shared_experts == 8 for c in qwen2)
     assert all(abs(c.scenario.model.total_params / 57.4e9 - 1) < 0.02 for c in qwen2)
+
+
+@pytest.mark.parametrize("text, want", [
+    ("dropless", ("dropless", 1.0)), ("no token drop", ("dropless", 1.0)),
+    ("force balance (--moe-router-force-load-balancing)", ("balanced", 1.0)),
+    ("Dropless with --moe-router-force-load-balancing", ("balanced", 1.0)),
+    ("capacity factor 1.25", ("capacity", 1.25)), ("cf=2", ("capacity", 2.0)), ("token drop", ("capacity", 1.0)),
+])
+def test_moe_routing_spellings(tmp_path, text, want):
+    p = _write(tmp_path, [{"moe_experts": "64", "moe_topk": "8", "expert_ffn_hidden": "1408", "ep": "8",
+                           "moe_routing": text}])
+    (case,), skipped = V.read_runs(p)
+    w = case.scenario.workload
+    assert not skipped and (w.moe_routing, w.moe_capacity_factor) == want
+    assert not any(a.startswith("moe_routing") for a in case.assumptions)
+
+
+def test_moe_routing_unstated_is_dropless_and_printed_unreadable_skips(tmp_path):
+    moe = {"moe_experts": "64", "moe_topk": "8", "expert_ffn_hidden": "1408", "ep": "8"}
+    p = _write(tmp_path, [moe, {**moe, "moe_routing": "sometimes"}])
+    (case,), skipped = V.read_runs(p)
+    assert case.scenario.workload.moe_routing == "dropless" and "moe_routing=dropless (not stated)" in case.assumptions
+    assert skipped[0]["column"] == "moe_routing" and skipped[0]["value"] == "sometimes"

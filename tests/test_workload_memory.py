@@ -171,6 +171,6 @@ def test_each_routed_copy_keeps_its_expert_input_and_output(k, recipe):
     m0, sc = mem(k)
     m1, _ = mem(k + 1)
     m = sc.model
-    copies = C.EXPERT_IMBALANCE_FACTOR * C.ACT_MOE_ROUTED_COPY_ELEMS_PER_TOKEN_HIDDEN * m.hidden * C.ACTIVATION_BYTES \
+    copies = default_params().dropless_expert_imbalance * C.ACT_MOE_ROUTED_COPY_ELEMS_PER_TOKEN_HIDDEN * m.hidden * C.ACTIVATION_BYTES \
         * sc.seq_len * m.n_moe_layers / 2
     assert m1 - m0 >= copies * (1 - 1e-9)

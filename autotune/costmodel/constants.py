@@ -185,9 +185,6 @@ the pytorch class's DDP flavour and nanotron, which wraps torch DDP for every fl
 buckets of their own (Colossal-AI's reduce_bucket_size_in_m = 12M elements); DEFAULT_BUCKET_BYTES
 stands in for them, a placeholder. Megatron-DeepSpeed rows run in the megatron class and get
 Megatron's buckets, though DeepSpeed's engine reduces their gradients (500M elements)."""
-EXPERT_IMBALANCE_FACTOR = 1.1
-"""Busiest expert's load over the mean with auxiliary-loss balancing (assumed; DeepSeek-V3 and
-Mixtral report near-balanced routing)."""
 # ---- host (CPU) dispatch: the floor under a layer pass whose kernels are smaller than their launch ----
 # Kernel counts weigh the host time of a layer's parts against a dense layer's
 # (CostParams.host_layer_fwd_us: the host time of HOST_KERNELS_DENSE_LAYER_FWD launches).

@@ -144,9 +144,12 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
     m_ep = members_per_node(k, et, ep_in, xp)  # in a building: these exchange on NVLink, the rest on the NIC
     # de-duplicated inside a building only; an EP group across buildings is charged as before
     ep_nic = xp.where(x_ep > 1, 1.0, dedup_share(ep_in, m_ep, k.top_k, xp)) if k.ep_dedup else 1.0
-    t_a2a = xp.where(x_ep > 1, (B - 1) / B * a2a_bytes / bw_x_p2p + k.x_alpha_s,
-                     all_to_all_time(a2a_bytes, ep, bw_ep_in, a_ep_in, xp, m_ep, k.nvlink_Bps, ep_nic))
-    t_etp = expert_tp_gather_time(a2a_bytes, et, k.nvlink_Bps, p.nccl_overhead_scale, k.ll128, xp) if k.experts else 0.0
+    # the busiest rank receives (dispatch) and sends back (combine) expert_load x the mean tokens,
+    # and its experts' TP group gathers them: every rank waits for it
+    busy = a2a_bytes * k.expert_load
+    t_a2a = xp.where(x_ep > 1, (B - 1) / B * busy / bw_x_p2p + k.x_alpha_s,
+                     all_to_all_time(busy, ep, bw_ep_in, a_ep_in, xp, m_ep, k.nvlink_Bps, ep_nic))
+    t_etp = expert_tp_gather_time(busy, et, k.nvlink_Bps, p.nccl_overhead_scale, k.ll128, xp) if k.experts else 0.0
     t_disp = t_a2a + t_etp                  # one dispatch (or combine): the all-to-all, then the gather
     # DualPipeV pairs one micro-batch's forward with another's backward, each hiding the other's
     # a2a; so does Megatron-Core's EP overlap (ep_comm_overlap) in its paired passes, where it runs

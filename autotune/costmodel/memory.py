@@ -78,7 +78,7 @@ def act_per_microbatch(k: ScenarioConsts, rc, tok, tp, Ls, Ls_dense, Ls_moe, xp)
     act_scale = k.wire_bytes / C.ACTIVATION_BYTES     # Korthikanti's bytes are 16-bit; fp32 doubles them
     if k.eager_acts:
         mats = C.ACT_EAGER_GATED_MLP_ELEMS_PER_TOKEN_FFN if k.mlp_mats == 3 else C.ACT_EAGER_PLAIN_MLP_ELEMS_PER_TOKEN_FFN
-        routed = k.top_k * C.EXPERT_IMBALANCE_FACTOR
+        routed = k.top_k * k.expert_load
         moe = routed * (C.ACT_MOE_ROUTED_COPY_ELEMS_PER_TOKEN_HIDDEN * k.h + mats * k.ffn_e) + k.shared * mats * k.ffn_e
         per_layer = 2 * C.ACT_EAGER_NORM_ELEMS_PER_TOKEN_HIDDEN * k.h + k.qv_width + k.kv_width
         act_lin = k.wire_bytes * tok / tp * (per_layer * Ls + mats * k.ffn * Ls_dense + moe * Ls_moe)
@@ -87,7 +87,7 @@ def act_per_microbatch(k: ScenarioConsts, rc, tok, tp, Ls, Ls_dense, Ls_moe, xp)
         mlp_dense_k = k.ffn * swiglu / (4 * k.h)
         width_e = k.ffn_e * swiglu / (4 * k.h)
         inner = C.ACT_MLP_BYTES_PER_TOKEN_HIDDEN - C.ACT_MLP_INPUT_BYTES_PER_TOKEN_HIDDEN
-        mlp_moe = C.ACT_MOE_INPUT_BYTES_PER_TOKEN_HIDDEN + k.top_k * C.EXPERT_IMBALANCE_FACTOR * (
+        mlp_moe = C.ACT_MOE_INPUT_BYTES_PER_TOKEN_HIDDEN + k.top_k * k.expert_load * (
             C.ACT_MOE_ROUTED_COPY_ELEMS_PER_TOKEN_HIDDEN * C.ACTIVATION_BYTES + inner * width_e) \
             + k.shared * C.ACT_MLP_BYTES_PER_TOKEN_HIDDEN * width_e
         attn = C.ACT_ATTN_MASK_AND_NORMS_BYTES_PER_TOKEN_HIDDEN + C.ACTIVATION_BYTES * k.attn_act_elems / k.h
@@ -95,7 +95,7 @@ def act_per_microbatch(k: ScenarioConsts, rc, tok, tp, Ls, Ls_dense, Ls_moe, xp)
                                                 + C.ACT_MLP_BYTES_PER_TOKEN_HIDDEN * Ls_dense * mlp_dense_k
                                                 + Ls_moe * mlp_moe)
         mods = k.rc_modules
-        routed_moe = k.top_k * C.EXPERT_IMBALANCE_FACTOR * C.ACT_MLP_FC2_INPUT_BYTES_PER_TOKEN_HIDDEN * k.ffn_e / (4 * k.h)
+        routed_moe = k.top_k * k.expert_load * C.ACT_MLP_FC2_INPUT_BYTES_PER_TOKEN_HIDDEN * k.ffn_e / (4 * k.h)
         shared_moe = k.shared * inner * width_e
         # layernorm drops the separate norms' outputs (MLA's input norm, an MoE layer's pre-MLP norm:
         # the MoE block's input); moe keeps that input as its checkpoint's; a fused dense MLP's

@@ -79,6 +79,13 @@ class CostParams:
     takes at least its layers' host time (``host_floor.host_launch_time``), which binds where
     kernels are small (small models, high TP, short micro-batches, fast GPUs). Other parts weigh
     in by kernel count (``constants.HOST_KERNELS_*``). 0: no host floor."""
+    dropless_expert_imbalance: float = 1.1
+    """Routed-token load of the busiest expert-parallel rank over the mean under dropless routing
+    (WorkloadSpec.moe_routing = dropless): its experts' GEMMs, activations and all-to-all traffic,
+    which every other rank waits for at the combine. 1.1 is the start value (assumed: DeepSeek-V3
+    and Mixtral report near-balanced routing with their balancing losses); fitted on the runs
+    that state dropless routing. Capacity-factor routing caps it at the factor, forced balancing
+    (benchmark runs) at 1."""
     dp_collective_scale: float = 1.0
     """Multiplies every data-parallel collective's time; 0 drops them (the transport-free lower
     bound of ``costmodel.bounds``, never a calibration)."""

@@ -46,6 +46,7 @@ class ScenarioConsts:
     tp_overlap: bool             # WorkloadSpec.tp_comm_overlap
     ep_overlap: bool             # WorkloadSpec.ep_comm_overlap
     ep_dedup: bool               # WorkloadSpec.ep_token_dedup
+    expert_load: float           # busiest EP rank's routed tokens over the mean (expert_load)
     compute_scale: float         # 1 / framework_efficiency of the workload's framework class
     wire_bytes: float            # bytes per element of activations (TP, CP, EP, PP messages)
     weight_bytes: float; grad_bytes: float; optimizer_bytes: float   # resident, per parameter
@@ -159,6 +160,18 @@ def scenario_consts(scenario: Scenario, params: CostParams) -> ScenarioConsts:
     return k
 
 
+def expert_load(w, p: CostParams) -> float:
+    """The busiest expert-parallel rank's routed tokens over the mean (WorkloadSpec.moe_routing):
+    dropless, CostParams.dropless_expert_imbalance; capacity factor c, min(c, that): tokens past
+    capacity are dropped (without padding to capacity a rank never carries more than its natural
+    load); balanced, 1."""
+    if w.moe_routing == "balanced":
+        return 1.0
+    if w.moe_routing == "capacity":
+        return min(w.moe_capacity_factor, p.dropless_expert_imbalance)
+    return p.dropless_expert_imbalance
+
+
 def _compute_consts(scenario: Scenario, params: CostParams) -> ScenarioConsts:
     m, c = scenario.model, scenario.cluster
     gpus = [b.gpu for b in c.buildings]
@@ -221,7 +234,7 @@ def _compute_consts(scenario: Scenario, params: CostParams) -> ScenarioConsts:
         eager_acts=scenario.workload.activation_memory == "eager",
         post_validation=scenario.workload.optimizer_post_validation,
         tp_overlap=scenario.workload.tp_comm_overlap, ep_overlap=scenario.workload.ep_comm_overlap,
-        ep_dedup=scenario.workload.ep_token_dedup,
+        ep_dedup=scenario.workload.ep_token_dedup, expert_load=expert_load(scenario.workload, params),
         compute_scale=1.0 / framework_efficiency(params, scenario.workload.framework),
         **dict(zip(("wire_bytes", "weight_bytes", "grad_bytes", "optimizer_bytes"), state_bytes)),
         adam_traffic_bytes=adam_traffic_bytes(scenario.workload, state_bytes),

@@ -93,6 +93,14 @@ class WorkloadSpec(BaseModel):
                                  "otherwise one copy per selected expert crosses (NCCL all-to-all)")
     flash_attention: bool = Field(default=True, description="fused attention (FlashAttention): causal "
                                   "blocks skipped, no s^2 scores stored or streamed through HBM")
+    moe_routing: Literal["dropless", "capacity", "balanced"] = Field(
+        default="dropless", description="how routed tokens load the experts: dropless = every token reaches its "
+        "top-k experts, the busiest rank carrying CostParams.dropless_expert_imbalance times the mean; "
+        "capacity = tokens beyond moe_capacity_factor times an expert's mean share are dropped (GShard, "
+        "Megatron-Core --moe-expert-capacity-factor); balanced = routing forced even (Megatron-Core "
+        "--moe-router-force-load-balancing, a benchmarking mode)")
+    moe_capacity_factor: float = Field(default=1.0, ge=0.25, le=16.0, description="with moe_routing = capacity: "
+                                       "an expert's token capacity over its mean share")
     optimizer_post_validation: bool = Field(
         default=False, description="the optimizer steps before the pipeline-wide checks (gradient-norm clipping, "
         "inf/NaN) and rolls back in the rare step they fail (Qi et al. 2024, sec. 4; their Megatron fork's "

@@ -81,6 +81,7 @@ FIT_BOUNDS = {
     "framework_efficiency_nanotron": (0.3, 1.5),
     "framework_efficiency_jax": (0.3, 1.5),
     "host_layer_fwd_us": (0.0, 10000.0),
+    "dropless_expert_imbalance": (1.0, 2.0),
 }
 """The fitted parameters and their bounds. A framework class with no rows in a fit has no
 gradient there and takes the unseen-framework prior (:func:`with_framework_prior`)."""

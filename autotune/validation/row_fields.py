@@ -269,6 +269,38 @@ def _ep_dedup(row: dict, assumed: list, ep: int) -> bool:
                "ep_dispatcher", text)
 
 
+_CAPACITY = re.compile(r"(?:capacity[ _-]?factor|\bcf)\s*[=:]?\s*(\d+(?:\.\d+)?)")
+
+
+def read_moe_routing(text: str) -> tuple[str, float] | None:
+    """``moe_routing`` (WorkloadSpec.moe_routing, moe_capacity_factor): "dropless", "no token
+    drop" -> dropless; "force balance", "forced balance", "balanced", Megatron-Core's
+    "--moe-router-force-load-balancing" -> balanced; "capacity factor 1.25", "cf=1", "token drop"
+    (factor 1 where none is given) -> capacity. None if none of these."""
+    t = (text or "").lower()
+    if re.search(r"force|\bbalanced\b", t):
+        return "balanced", 1.0
+    if re.search(r"dropless|no[ _-]?(?:token[ _-]?)?drop", t):
+        return "dropless", 1.0
+    m = _CAPACITY.search(t)
+    if m and float(m.group(1)) > 0:
+        return "capacity", float(m.group(1))
+    if re.search(r"capacity|token[ _-]?drop|\bdrop(?:ping)?\b", t):
+        return "capacity", 1.0
+    return None
+
+
+def _moe_routing(row: dict, assumed: list, experts: int) -> tuple[str, float]:
+    """``moe_routing`` as stated; not stated, dropless (printed for MoE rows)."""
+    stated = _stated(row, "moe_routing", read_moe_routing, "names no routing (dropless; capacity factor X / token "
+                     "drop; force balance)")
+    if stated is not None:
+        return stated
+    if experts:
+        assumed.append("moe_routing=dropless (not stated)")
+    return "dropless", 1.0
+
+
 def _float(row: dict, key: str) -> float | None:
     raw = _cell(row, key)
     if not raw:

@@ -17,7 +17,7 @@ from .columns import (schedule_stated, ALWAYS_RECOMPUTE_SOURCES, ASSUMED_FFN_MUL
                       RECOMPUTE_VALUES, Skip, _cell, _int,
                       _match_flavour, _match_schedule, is_deepspeed_zero3, map_flavour, map_gpu, map_schedule, one_line,
                       source_family)
-from .row_fields import (RACK_SCALE_DOMAIN_GPUS, _shared_experts, _convention, _fsdp_gather, _flag, _flash, _grad_dtype, _grad_reduce_dtype, _moments, _pipeline_layout, _recompute_modules, _ep_dedup, _ep_overlap, _float, _framework, _hardware,
+from .row_fields import (RACK_SCALE_DOMAIN_GPUS, _moe_routing, _shared_experts, _convention, _fsdp_gather, _flag, _flash, _grad_dtype, _grad_reduce_dtype, _moments, _pipeline_layout, _recompute_modules, _ep_dedup, _ep_overlap, _float, _framework, _hardware,
                          _post_validation, _tp_overlap)
 
 @dataclass
@@ -172,6 +172,7 @@ def build_case(i: int, row: dict) -> RunCase:
     tp_overlap = _tp_overlap(row, assumed, tp)
     ep_overlap = _ep_overlap(row, assumed, ep if experts else 1)
     ep_dedup = _ep_dedup(row, assumed, ep if experts else 1)
+    routing, capacity = _moe_routing(row, assumed, experts)
     if ep_overlap and not experts:
         raise Skip("EP overlap on a dense model (moe_experts empty or 0)", "ep_comm_overlap",
                    _cell(row, "ep_comm_overlap"))
@@ -266,6 +267,7 @@ def build_case(i: int, row: dict) -> RunCase:
                                                            flash_attention=flash, framework=framework,
                                                            tp_comm_overlap=tp_overlap, ep_comm_overlap=ep_overlap,
                                                            ep_token_dedup=ep_dedup,
+                                                           moe_routing=routing, moe_capacity_factor=capacity,
                                                            optimizer_post_validation=post_validation,
                                                            fsdp_regather=regather, shard_gradients=zero2,
                                                            fsdp_gather=gather,
