@@ -302,3 +302,23 @@ def test_fine_grained_moe_subset_is_reported_from_its_rule(tmp_path):
     assert r["n"] == 2 and sub["rows"] == 1
     fine_row = next(x for x in r["rows"] if x["row"] == 1)
     assert sub["median_ape"] == pytest.approx(fine_row["ape"])
+
+
+def test_routing_twins_and_the_imbalance_they_measure():
+    """The zoo lists five runs both ways (forced balance, dropless); the imbalance estimated from
+    their ratios alone recovers a planted value, whatever level error the pairs share."""
+    from dataclasses import replace
+    from autotune.costmodel.params import default_params
+    from autotune.validation.fit import fit_imbalance, routing_twins
+    from autotune.validation.predict import score
+    cases, _ = V.read_runs()
+    twins = routing_twins(cases)
+    assert len(twins) == 5 and all(b.family == d.family and b.scenario.workload.moe_routing == "balanced"
+                                   and d.scenario.workload.moe_routing == "dropless" for b, d in twins)
+    p = default_params()
+    planted = p.with_values(dropless_expert_imbalance=1.45)
+    rows = [c for pair in twins for c in pair]
+    truth = {r["row"]: r["predicted"] for r in score(rows, planted)}
+    # every measured value 20% off in the same direction: the ratios, and so the estimate, keep
+    synthetic = [(replace(b, measured=truth[b.row] * 1.2), replace(d, measured=truth[d.row] * 1.2)) for b, d in twins]
+    assert abs(fit_imbalance(synthetic, p) - 1.45) < 0.01

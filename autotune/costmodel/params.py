@@ -82,10 +82,11 @@ class CostParams:
     dropless_expert_imbalance: float = 1.1
     """Routed-token load of the busiest expert-parallel rank over the mean under dropless routing
     (WorkloadSpec.moe_routing = dropless): its experts' GEMMs, activations and all-to-all traffic,
-    which every other rank waits for at the combine. 1.1 is the start value (assumed: DeepSeek-V3
-    and Mixtral report near-balanced routing with their balancing losses); fitted on the runs
-    that state dropless routing. Capacity-factor routing caps it at the factor, forced balancing
-    (benchmark runs) at 1."""
+    which every other rank waits for at the combine. 1.1 where no run pairs the two routings
+    (assumed: DeepSeek-V3 and Mixtral report near-balanced routing with their balancing losses);
+    otherwise estimated from the runs listed both ways, forced-balance and dropless, from their
+    step-time ratios alone (``validation.fit.fit_imbalance``). Capacity-factor routing caps it
+    at the factor, forced balancing (benchmark runs) at 1."""
     dp_collective_scale: float = 1.0
     """Multiplies every data-parallel collective's time; 0 drops them (the transport-free lower
     bound of ``costmodel.bounds``, never a calibration)."""

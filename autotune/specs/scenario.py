@@ -78,7 +78,8 @@ class Scenario(BaseModel):
                                             ("recompute_modules", ("core_attn",)), ("optimizer_moments", "fp32"),
                                             ("shard_gradients", False), ("grad_dtype", "fp32"),
                                             ("fp8_param_gather", False), ("grad_reduce_dtype", None),
-                                            ("fsdp_gather", "unit"))
+                                            ("fsdp_gather", "unit"), ("moe_routing", "dropless"),
+                                            ("moe_capacity_factor", 1.0))
                  if getattr(w, name) == default}
         exclude: dict = {"workload": later} if later else {}
         # HardwareSpec.async_launch, added later too, left out where it is at its default (GPUs)
