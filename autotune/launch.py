@@ -111,16 +111,16 @@ def megatron_args(scenario, cfg: Config) -> tuple[list[str], list[str]]:
     if cfg.tp > 1 and scenario.workload.tp_comm_overlap:
         args.append("--tp-comm-overlap")
     wl = scenario.workload
+    if m.moe_experts and wl.moe_routing == "capacity":     # token dropping at the workload's capacity factor
+        args.append(f"--moe-expert-capacity-factor {wl.moe_capacity_factor:g}")
+    elif m.moe_experts and wl.moe_routing == "balanced":
+        args.append("--moe-router-force-load-balancing")
+        notes.append("moe_routing=balanced: forced even routing is a benchmarking mode, not training")
     if m.moe_experts and cfg.ep > 1:
         # Megatron's default dispatcher (allgather) admits no EP overlap; DeepEP-style de-duplication
         # is the flex dispatcher (HybridEP on NVL72 racks: --moe-flex-dispatcher-backend hybridep)
         args += (["--moe-token-dispatcher-type flex", "--moe-flex-dispatcher-backend deepep"] if wl.ep_token_dedup
                  else ["--moe-token-dispatcher-type alltoall"])
-        if wl.moe_routing == "capacity":     # token dropping at the workload's capacity factor
-            args.append(f"--moe-expert-capacity-factor {wl.moe_capacity_factor:g}")
-        elif wl.moe_routing == "balanced":
-            args.append("--moe-router-force-load-balancing")
-            notes.append("moe_routing=balanced: forced even routing is a benchmarking mode, not training")
         if wl.ep_comm_overlap:
             moe_rerun = cfg.recompute == "full" or (cfg.recompute == "selective" and "moe" in wl.recompute_modules)
             if moe_rerun:

@@ -138,3 +138,17 @@ def test_more_even_routing_never_slows(case, imbalance, cf, seed):
         tol = np.where(loose | (x["host_s"] > 0) | (y["host_s"] > 0), 1e-2, 1e-12)
         assert (x["iteration_time_s"] <= y["iteration_time_s"] * (1 + tol)).all()
         assert (x["memory_per_gpu_bytes"] <= y["memory_per_gpu_bytes"] * (1 + 1e-12)).all()
+
+
+def test_a_rank_holding_every_expert_carries_the_mean_load():
+    """At ep 1 every rank holds every expert: the routing's imbalance changes nothing."""
+    from autotune.specs import Config
+    from autotune.costmodel import evaluate
+    scen = build_scenario("mixtral-8x7b", "single-building", gpus=64, global_batch=512)
+    cfg = Config(tp=2, pp=2, ep=1, dp=16, dp_flavour="zero1", micro_batch=1, recompute="selective")
+    p = default_params()
+    a, b = (evaluate(scen, cfg, p.with_values(dropless_expert_imbalance=v)) for v in (1.0, 1.8))
+    assert a.iteration_time_s == b.iteration_time_s and a.memory_per_gpu_bytes == b.memory_per_gpu_bytes
+    moe = cfg.model_copy(update={"ep": 8})
+    a, b = (evaluate(scen, moe, p.with_values(dropless_expert_imbalance=v)) for v in (1.0, 1.8))
+    assert b.iteration_time_s > a.iteration_time_s and b.memory_per_gpu_bytes > a.memory_per_gpu_bytes

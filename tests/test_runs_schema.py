@@ -337,6 +337,9 @@ def test_published_qwen2_moe_rows_count_the_shared_expert_at_its_width():
     ("force balance (--moe-router-force-load-balancing)", ("balanced", 1.0)),
     ("Dropless with --moe-router-force-load-balancing", ("balanced", 1.0)),
     ("capacity factor 1.25", ("capacity", 1.25)), ("cf=2", ("capacity", 2.0)), ("token drop", ("capacity", 1.0)),
+    ("dropless (aux-loss balanced)", ("dropless", 1.0)), ("without token dropping", ("dropless", 1.0)),
+    ("drop tokens: no", ("dropless", 1.0)), ("capacity factor -1", ("dropless", 1.0)),
+    ("no force balance, dropless", ("dropless", 1.0)), ("balanced (fake balanced gate)", ("balanced", 1.0)),
 ])
 def test_moe_routing_spellings(tmp_path, text, want):
     p = _write(tmp_path, [{"moe_experts": "64", "moe_topk": "8", "expert_ffn_hidden": "1408", "ep": "8",
@@ -353,3 +356,10 @@ def test_moe_routing_unstated_is_dropless_and_printed_unreadable_skips(tmp_path)
     (case,), skipped = V.read_runs(p)
     assert case.scenario.workload.moe_routing == "dropless" and "moe_routing=dropless (not stated)" in case.assumptions
     assert skipped[0]["column"] == "moe_routing" and skipped[0]["value"] == "sometimes"
+
+
+@pytest.mark.parametrize("text", ["no force balance", "load balanced", "aux-loss balanced"])
+def test_moe_routing_phrases_that_name_no_routing_skip_the_row(tmp_path, text):
+    moe = {"moe_experts": "64", "moe_topk": "8", "expert_ffn_hidden": "1408", "ep": "8"}
+    _, skipped = V.read_runs(_write(tmp_path, [moe, {**moe, "moe_routing": text}]))
+    assert skipped and skipped[0]["column"] == "moe_routing"

@@ -319,6 +319,13 @@ def test_routing_twins_and_the_imbalance_they_measure():
     planted = p.with_values(dropless_expert_imbalance=1.45)
     rows = [c for pair in twins for c in pair]
     truth = {r["row"]: r["predicted"] for r in score(rows, planted)}
-    # every measured value 20% off in the same direction: the ratios, and so the estimate, keep
     synthetic = [(replace(b, measured=truth[b.row] * 1.2), replace(d, measured=truth[d.row] * 1.2)) for b, d in twins]
-    assert abs(fit_imbalance(synthetic, p) - 1.45) < 0.01
+    assert abs(fit_imbalance(synthetic, p) - 1.45) < 0.01       # a level error in the data cancels
+    # a level error in the parameters (Hopper's compute 12% slow, Megatron's 15%): the ratios move
+    # little, the estimate stays within 0.1
+    wrong = p.with_values(gpu_generation_efficiency_hopper=p.gpu_generation_efficiency_hopper * 0.88,
+                          framework_efficiency_megatron=p.framework_efficiency_megatron * 0.85)
+    assert abs(fit_imbalance(synthetic, wrong) - 1.45) < 0.1
+    # flat: a twin whose prediction the imbalance does not move keeps the value given
+    flat = [(synthetic[0][0], synthetic[0][0])]
+    assert fit_imbalance(flat, p.with_values(dropless_expert_imbalance=1.2)) == 1.2

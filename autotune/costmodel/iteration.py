@@ -146,7 +146,7 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
     ep_nic = xp.where(x_ep > 1, 1.0, dedup_share(ep_in, m_ep, k.top_k, xp)) if k.ep_dedup else 1.0
     # the busiest rank receives (dispatch) and sends back (combine) expert_load x the mean tokens,
     # and its experts' TP group gathers them: every rank waits for it
-    busy = a2a_bytes * k.expert_load
+    busy = a2a_bytes * xp.where(ep > 1, k.expert_load, 1.0)
     t_a2a = xp.where(x_ep > 1, (B - 1) / B * busy / bw_x_p2p + k.x_alpha_s,
                      all_to_all_time(busy, ep, bw_ep_in, a_ep_in, xp, m_ep, k.nvlink_Bps, ep_nic))
     t_etp = expert_tp_gather_time(busy, et, k.nvlink_Bps, p.nccl_overhead_scale, k.ll128, xp) if k.experts else 0.0

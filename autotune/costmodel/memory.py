@@ -46,7 +46,7 @@ def memory_per_gpu(k: ScenarioConsts, fl, rc, rg, owned, P_dense, P_exp, tp, ep,
     layer_params = (k.attn_params + xp.maximum(k.dense_mlp_params, k.moe_other_params - k.attn_params
                                                + k.experts * k.expert_params * tp / (ep * et))) / tp
     gather_buf = xp.where(sharded_all, 2 * k.weight_bytes * layer_params, 0.0)
-    act_mb, act_layer_full = act_per_microbatch(k, rc, tok, tp, Ls, Ls_dense, Ls_moe, xp)
+    act_mb, act_layer_full = act_per_microbatch(k, rc, tok, tp, ep, Ls, Ls_dense, Ls_moe, xp)
     full_extra = xp.where(rc == R_FULL, act_layer_full, 0.0)
     first = pm.infl * act_mb + full_extra
     if k.eager_acts:
@@ -59,7 +59,7 @@ def memory_per_gpu(k: ScenarioConsts, fl, rc, rg, owned, P_dense, P_exp, tp, ep,
     return states + acts, gather_buf + C.FRAMEWORK_RESERVED_BYTES
 
 
-def act_per_microbatch(k: ScenarioConsts, rc, tok, tp, Ls, Ls_dense, Ls_moe, xp):
+def act_per_microbatch(k: ScenarioConsts, rc, tok, tp, ep, Ls, Ls_dense, Ls_moe, xp):
     """(bytes one micro-batch's layers keep for the backward, one layer's full activations).
     fused: Korthikanti et al. 2022 (attention 15 sbh, MLP 19 sbh scaled to the FFN's width and
     gating, 5 a s^2 b of scores where unfused); an MoE layer keeps, per routed copy of a token
@@ -76,9 +76,10 @@ def act_per_microbatch(k: ScenarioConsts, rc, tok, tp, Ls, Ls_dense, Ls_moe, xp)
     queries, keys, values and the attention output, the MLP's 4 (gated) or 2 elements per FFN
     width, each routed copy's expert input and output), in the activation dtype."""
     act_scale = k.wire_bytes / C.ACTIVATION_BYTES     # Korthikanti's bytes are 16-bit; fp32 doubles them
+    load = xp.where(ep > 1, k.expert_load, 1.0)       # the busiest EP rank's routed copies over the mean
     if k.eager_acts:
         mats = C.ACT_EAGER_GATED_MLP_ELEMS_PER_TOKEN_FFN if k.mlp_mats == 3 else C.ACT_EAGER_PLAIN_MLP_ELEMS_PER_TOKEN_FFN
-        routed = k.top_k * k.expert_load
+        routed = k.top_k * load
         moe = routed * (C.ACT_MOE_ROUTED_COPY_ELEMS_PER_TOKEN_HIDDEN * k.h + mats * k.ffn_e) + k.shared * mats * k.ffn_e
         per_layer = 2 * C.ACT_EAGER_NORM_ELEMS_PER_TOKEN_HIDDEN * k.h + k.qv_width + k.kv_width
         act_lin = k.wire_bytes * tok / tp * (per_layer * Ls + mats * k.ffn * Ls_dense + moe * Ls_moe)
@@ -87,7 +88,7 @@ def act_per_microbatch(k: ScenarioConsts, rc, tok, tp, Ls, Ls_dense, Ls_moe, xp)
         mlp_dense_k = k.ffn * swiglu / (4 * k.h)
         width_e = k.ffn_e * swiglu / (4 * k.h)
         inner = C.ACT_MLP_BYTES_PER_TOKEN_HIDDEN - C.ACT_MLP_INPUT_BYTES_PER_TOKEN_HIDDEN
-        mlp_moe = C.ACT_MOE_INPUT_BYTES_PER_TOKEN_HIDDEN + k.top_k * k.expert_load * (
+        mlp_moe = C.ACT_MOE_INPUT_BYTES_PER_TOKEN_HIDDEN + k.top_k * load * (
             C.ACT_MOE_ROUTED_COPY_ELEMS_PER_TOKEN_HIDDEN * C.ACTIVATION_BYTES + inner * width_e) \
             + k.shared * C.ACT_MLP_BYTES_PER_TOKEN_HIDDEN * width_e
         attn = C.ACT_ATTN_MASK_AND_NORMS_BYTES_PER_TOKEN_HIDDEN + C.ACTIVATION_BYTES * k.attn_act_elems / k.h
@@ -95,7 +96,7 @@ def act_per_microbatch(k: ScenarioConsts, rc, tok, tp, Ls, Ls_dense, Ls_moe, xp)
                                                 + C.ACT_MLP_BYTES_PER_TOKEN_HIDDEN * Ls_dense * mlp_dense_k
                                                 + Ls_moe * mlp_moe)
         mods = k.rc_modules
-        routed_moe = k.top_k * k.expert_load * C.ACT_MLP_FC2_INPUT_BYTES_PER_TOKEN_HIDDEN * k.ffn_e / (4 * k.h)
+        routed_moe = k.top_k * load * C.ACT_MLP_FC2_INPUT_BYTES_PER_TOKEN_HIDDEN * k.ffn_e / (4 * k.h)
         shared_moe = k.shared * inner * width_e
         # layernorm drops the separate norms' outputs (MLA's input norm, an MoE layer's pre-MLP norm:
         # the MoE block's input); moe keeps that input as its checkpoint's; a fused dense MLP's

@@ -139,14 +139,16 @@ def compute_terms(k: ScenarioConsts, p: CostParams, mb, cp, tp, ep, et, xp) -> C
                                      k.gemm_out_weight)
         shared = expert_block_time_s(tok, k.h, k.ffn_e / tp, k.mlp_mats, k.shared, k.peak_lin, k.ridge, p,
                                      k.gemm_out_weight)
-        moe_lin = routed * k.expert_load + shared + 2.0 * tok * k.h * k.experts / (k.peak_lin * p.gemm_efficiency_max)
+        # the busiest EP rank's routed load over the mean; at ep 1 every rank holds every expert
+        load = xp.where(ep > 1, k.expert_load, 1.0)
+        moe_lin = routed * load + shared + 2.0 * tok * k.h * k.experts / (k.peak_lin * p.gemm_efficiency_max)
         # permute before dispatch (tok / tp tokens per rank under SP) and sort by local expert
         # after it and the experts' TP gather (tok et / tp tokens), un-permute both on the way back
-        routed_elems = tok * k.top_k * k.h * (1.0 + et) / tp
+        routed_elems = tok * k.top_k * k.h * (1.0 + et * load) / tp
         moe_permute = memory_bound_time_s(C.MOE_PERMUTE_TRAFFIC_BYTES_PER_ROUTED_ELEMENT * routed_elems, k.hbm_Bps)
         # moe_act re-runs the activation on each routed copy this rank's experts hold: it reads fc1's
         # output ((mlp_mats - 1) ffn_e / et) and writes ffn_e / et, bf16
-        act_elems = tok * k.top_k * k.expert_load * et / tp * k.mlp_mats * k.ffn_e / et
+        act_elems = tok * k.top_k * load * et / tp * k.mlp_mats * k.ffn_e / et
         moe_act = memory_bound_time_s(C.ACTIVATION_BYTES * act_elems, k.hbm_Bps)
     core = attention_core_fwd_time_s(tok, k.attn_keys, k.qv_width / tp, k.peak_bf16, p, k.qk_head_dim, k.seq / cp)
     if not k.flash:

@@ -13,6 +13,8 @@ where the buildings span regions):
 - ``exposed_s``: seconds the dimension adds to the step (its term of the breakdown, so the
   dimensions add up to the breakdown's communication terms); DP's exposed time is split over its
   tiers in proportion to their link time.
+EP's bytes are the mean rank's (the step's totals); its link and exposed times are the busiest
+rank's, which carries ``expert_load`` times the mean routed tokens (WorkloadSpec.moe_routing).
 ``hidden = link - exposed`` where positive: the share that overlaps compute. This is Calculon's
 split of link time from exposed time (Isaev et al., SC'23), per tier. A pipeline may expose more
 than its own link time: the fill and drain wait for every hop of the chain, not only the

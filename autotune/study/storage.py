@@ -55,8 +55,10 @@ def open_storage(url: str):
                                                   grace_period=HEARTBEAT_GRACE_s)
         except UserInputError:
             raise
-        except sqlalchemy.exc.DBAPIError as e:
-            if not any(w in str(e).lower() for w in SCHEMA_RACE_WORDS):
+        except (sqlalchemy.exc.DBAPIError, optuna.exceptions.StorageInternalError) as e:
+            # Optuna re-raises a failed schema session as StorageInternalError, the database's words in its cause
+            said = f"{e} {e.__cause__ or ''}".lower()
+            if not any(w in said for w in SCHEMA_RACE_WORDS):
                 raise UserInputError("--storage", mask_uri(url),
                                      f"a reachable SQLAlchemy database URL ({type(e).__name__})") from None
             # another process (a parallel worker, a monitor reading the study) created the schema

@@ -180,31 +180,42 @@ IMBALANCE_BOUNDS = (1.0, 2.0)
 
 def routing_twins(cases) -> list[tuple]:
     """(forced-balance, dropless) pairs: two rows of one family that differ in ``moe_routing``
-    alone (the Megatron-MoE-ModelZoo lists its long-context Qwen3-235B runs and Mixtral-8x22B both
-    ways)."""
+    alone, the same FLOP convention and the same knobs stated (the Megatron-MoE-ModelZoo lists
+    its long-context Qwen3-235B runs and Mixtral-8x22B both ways). A row pairs once."""
     def key(c):
         w = c.scenario.workload.model_copy(update={"moe_routing": "dropless", "moe_capacity_factor": 1.0})
-        return (c.family, c.metric, c.scenario.model_copy(update={"workload": w}).key,
-                c.config.model_dump_json())
-    balanced = {key(c): c for c in cases if c.scenario.workload.moe_routing == "balanced"}
-    return [(balanced[key(c)], c) for c in cases
-            if c.scenario.workload.moe_routing == "dropless" and key(c) in balanced]
+        return (c.family, c.metric, c.flops_convention, c.recompute_stated, c.micro_batch_stated,
+                c.scenario.model_copy(update={"workload": w}).key, c.config.model_dump_json())
+    balanced: dict = {}
+    for c in cases:
+        if c.scenario.workload.moe_routing == "balanced":
+            balanced.setdefault(key(c), c)
+    pairs = []
+    for c in cases:
+        if c.scenario.workload.moe_routing == "dropless" and key(c) in balanced:
+            pairs.append((balanced.pop(key(c)), c))
+    return pairs
 
 
 def fit_imbalance(pairs, params: CostParams) -> float:
     """``dropless_expert_imbalance`` from routing twins alone: the value whose predicted
     dropless-over-balanced ratio best matches each pair's measured one (least squares in log),
-    every other parameter held. Within a pair every error the two rows share cancels, so the
-    joint fit's level errors cannot move it (fitted jointly, it went to its bound of 1.0 when the
-    long-context rows of both halves were too slow)."""
+    every other parameter held, both rows of a pair at the balanced row's resolved knobs. Within a
+    pair every error the two rows share cancels, so the joint fit's level errors move it little
+    (fitted jointly, it went to its bound of 1.0 when the long-context rows of both halves were
+    too slow). Pairs whose prediction does not depend on it keep ``params``' value."""
     from scipy.optimize import minimize_scalar
     rows = [c for pair in pairs for c in pair]
-    configs = {c.row: resolve_unstated(c, params) for c in rows}
+    configs = {}
+    for b, d in pairs:
+        configs[b.row] = configs[d.row] = resolve_unstated(b, params)
     measured = [math.log(d.measured / b.measured) for b, d in pairs]
 
     def loss(v):
         pred = {r["row"]: r["predicted"] for r in score(rows, params.with_values(dropless_expert_imbalance=v), configs)}
         return sum((math.log(pred[d.row] / pred[b.row]) - m) ** 2 for (b, d), m in zip(pairs, measured))
+    if abs(loss(IMBALANCE_BOUNDS[0]) - loss(IMBALANCE_BOUNDS[1])) < 1e-12:
+        return params.dropless_expert_imbalance
     return float(minimize_scalar(loss, bounds=IMBALANCE_BOUNDS, method="bounded", options={"xatol": 1e-3}).x)
 
 
@@ -237,15 +248,19 @@ def fit_params(path=None, start: CostParams | None = None, cases=None) -> tuple[
     nfev, configs = 0, None
     twins = routing_twins(cases)         # no twins: the imbalance keeps its start value
     for _round in range(FIT_ROUNDS):
+        # the imbalance from the twins under the current levels, then the levels under it: a round
+        # ends the fit only where neither the imbalance nor a resolved knob moved
+        imbalance = start.dropless_expert_imbalance
         if twins:
-            start = start.with_values(dropless_expert_imbalance=fit_imbalance(
-                twins, with_framework_prior(start.with_values(**dict(zip(names, x.tolist()))), names)))
+            imbalance = fit_imbalance(twins, with_framework_prior(start.with_values(**dict(zip(names, x.tolist()))), names))
+        moved = abs(imbalance - start.dropless_expert_imbalance) > 1e-3
+        start = start.with_values(dropless_expert_imbalance=imbalance)
         # unstated knobs (recompute, micro-batch) resolved once per round, then held fixed: the
         # residuals stay smooth in the parameters (a knob flipping inside a finite difference
         # would not be), and each evaluation runs one configuration per row, not up to twelve
         params = with_framework_prior(start.with_values(**dict(zip(names, x.tolist()))), names)
         resolved = {c.row: resolve_unstated(c, params) for c in cases}
-        if resolved == configs:
+        if resolved == configs and not moved:
             break
         configs = resolved
 

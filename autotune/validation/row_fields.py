@@ -269,21 +269,27 @@ def _ep_dedup(row: dict, assumed: list, ep: int) -> bool:
                "ep_dispatcher", text)
 
 
-_CAPACITY = re.compile(r"(?:capacity[ _-]?factor|\bcf)\s*[=:]?\s*(\d+(?:\.\d+)?)")
+_CAPACITY = re.compile(r"(?:capacity[ _-]?factor|\bcf)\s*[=:]?\s*(-?\d+(?:\.\d+)?)")
+_NOT = r"\b(?:no|not|without|non)\b[ _-]*"
 
 
 def read_moe_routing(text: str) -> tuple[str, float] | None:
-    """``moe_routing`` (WorkloadSpec.moe_routing, moe_capacity_factor): "dropless", "no token
-    drop" -> dropless; "force balance", "forced balance", "balanced", Megatron-Core's
-    "--moe-router-force-load-balancing" -> balanced; "capacity factor 1.25", "cf=1", "token drop"
-    (factor 1 where none is given) -> capacity. None if none of these."""
-    t = (text or "").lower()
-    if re.search(r"force|\bbalanced\b", t):
+    """``moe_routing`` (WorkloadSpec.moe_routing, moe_capacity_factor), tried in this order:
+    "force balance", "forced balance", "--moe-router-force-load-balancing" (dropless or not: the
+    loads are even), a cell that starts with "balanced" -> balanced ("no force balance" is not);
+    "dropless", "no token drop", "without token dropping", "token dropping disabled", "drop tokens:
+    no", a capacity factor of 0 or below (Megatron's -1) -> dropless; "capacity factor 1.25",
+    "cf=1", "token drop" (factor 1 where none is given) -> capacity. None if none of these ("load
+    balanced", "aux-loss balanced" name a loss, not a routing)."""
+    t = (text or "").lower().strip()
+    if (re.search(r"\bforced?\b|force[ _-]?load|force[ _-]?balanc", t) and not re.search(_NOT + r"forced?\b", t)) \
+            or re.match(r"balanced\b", t):
         return "balanced", 1.0
-    if re.search(r"dropless|no[ _-]?(?:token[ _-]?)?drop", t):
-        return "dropless", 1.0
     m = _CAPACITY.search(t)
-    if m and float(m.group(1)) > 0:
+    if ("dropless" in t or re.search(_NOT + r"(?:token[ _-]?)?drop", t) or (m and float(m.group(1)) <= 0)
+            or re.search(r"drop(?:ping)?(?:\s+tokens?)?\W+(?:disabled|off|no|false)\b", t)):
+        return "dropless", 1.0
+    if m:
         return "capacity", float(m.group(1))
     if re.search(r"capacity|token[ _-]?drop|\bdrop(?:ping)?\b", t):
         return "capacity", 1.0
