@@ -10,7 +10,8 @@ from ..specs.codes import Recompute
 from ..configbatch import scalar_row as _scalar_row
 from ..specs.scenario import Scenario
 from . import nccl as N
-from .collectives import all_to_all_time, dedup_share, expert_tp_gather_time, p2p_time, tp_collective_time, tp_exposed
+from .collectives import p2p_time, tp_collective_time, tp_exposed
+from .ep_dispatch import ep_dispatch
 from .params import CostParams, default_params
 from .stragglers import straggler_scale
 from .pipeline import (S_1F1B, S_DUALPIPEV, S_GPIPE, S_INTERLEAVED, S_ZBV, bubble_time, chain_hops,
@@ -24,7 +25,7 @@ from .recompute import moe_block_rerun, step_flops, tp_collectives_rerun
 from .compute_pass import pass_compute
 from .host_floor import dp_windows, host_gaps, host_launch_time
 from .hetero import hetero_shares, row_speeds, speed_types, typed_memory
-from .scenario_consts import (FSDP_EVERY_PASS, FSDP_FORWARD, FSDP_GATHER_PARAMETER, members_per_node,
+from .scenario_consts import (FSDP_EVERY_PASS, FSDP_FORWARD, FSDP_GATHER_PARAMETER,
                               scenario_consts, tier_of_span)
 from .tiers import accounting
 from .batch_order import CHUNK_ROWS, SORT_KEYS, SORT_MIN_ROWS, _branch_order, chunk_rows, put_back  # noqa: F401
@@ -131,25 +132,7 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
     cp_b = Ls * (cp - 1) * xp.maximum(0.0, 2 * kv_bytes / bw_cp + a_cp - p.attention_backward_time_ratio * step_core)
 
     # ---- expert parallel: all-to-all dispatch + combine per MoE layer (fwd 2, bwd 2) ----
-    # Rank order (Megatron-Core's MoE parallel folding: the expert mesh is tp-ep-dp-pp with cp
-    # folded into ep and expert dp, parallel_state.py's expert RankGenerator has cp=1): EP
-    # members are tp GPUs apart, whatever cp is; the expert DP group (terms.dp_comm_groups) is
-    # etp * ep apart (the experts' TP, ``etp``, is tp without folding).
-    ep_in = ep / x_ep
-    bw_ep_in, a_ep_in = tier_of_span(k, et * ep_in, xp)   # EP members et apart (expert mesh etp-ep-dp)
-    # with sequence parallelism each TP rank holds tok / tp of the micro-batch's tokens and
-    # dispatches only those (Megatron-Core's all-to-all token dispatcher: all-to-all over the EP
-    # group, then an all-gather over the expert-TP group on NVLink, charged with the TP term)
-    a2a_bytes = tok * k.top_k * k.h * k.wire_bytes / tp
-    m_ep = members_per_node(k, et, ep_in, xp)  # in a building: these exchange on NVLink, the rest on the NIC
-    # de-duplicated inside a building only; an EP group across buildings is charged as before
-    ep_nic = xp.where(x_ep > 1, 1.0, dedup_share(ep_in, m_ep, k.top_k, xp)) if k.ep_dedup else 1.0
-    # the busiest rank receives (dispatch) and sends back (combine) expert_load x the mean tokens,
-    # and its experts' TP group gathers them: every rank waits for it
-    busy = a2a_bytes * xp.where(ep > 1, k.expert_load, 1.0)
-    t_a2a = xp.where(x_ep > 1, (B - 1) / B * busy / bw_x_p2p + k.x_alpha_s,
-                     all_to_all_time(busy, ep, bw_ep_in, a_ep_in, xp, m_ep, k.nvlink_Bps, ep_nic))
-    t_etp = expert_tp_gather_time(busy, et, k.nvlink_Bps, p.nccl_overhead_scale, k.ll128, xp) if k.experts else 0.0
+    ep_in, a2a_bytes, m_ep, ep_nic, t_a2a, t_etp = ep_dispatch(k, p, tok, tp, ep, et, x_ep, bw_x_p2p, xp)
     t_disp = t_a2a + t_etp                  # one dispatch (or combine): the all-to-all, then the gather
     # DualPipeV pairs one micro-batch's forward with another's backward, each hiding the other's
     # a2a; so does Megatron-Core's EP overlap (ep_comm_overlap) in its paired passes, where it runs

@@ -5,7 +5,7 @@ from __future__ import annotations
 from ..specs.codes import DPFlavour, Recompute
 from . import constants as C
 from .pipeline import PipeMemory
-from .scenario_consts import FSDP_EVERY_PASS, FSDP_NEVER, ScenarioConsts
+from .scenario_consts import FSDP_EVERY_PASS, FSDP_NEVER, ScenarioConsts, ep_load
 
 F_DDP, F_ZERO1, F_FSDP, F_HSDP = DPFlavour.codes()   # codes: specs/codes.py
 R_NONE, R_SELECTIVE, R_FULL = Recompute.codes()
@@ -76,7 +76,7 @@ def act_per_microbatch(k: ScenarioConsts, rc, tok, tp, ep, Ls, Ls_dense, Ls_moe,
     queries, keys, values and the attention output, the MLP's 4 (gated) or 2 elements per FFN
     width, each routed copy's expert input and output), in the activation dtype."""
     act_scale = k.wire_bytes / C.ACTIVATION_BYTES     # Korthikanti's bytes are 16-bit; fp32 doubles them
-    load = xp.where(ep > 1, k.expert_load, 1.0)       # the busiest EP rank's routed copies over the mean
+    load = ep_load(k, ep, xp)       # the busiest EP rank's routed copies over the mean
     if k.eager_acts:
         mats = C.ACT_EAGER_GATED_MLP_ELEMS_PER_TOKEN_FFN if k.mlp_mats == 3 else C.ACT_EAGER_PLAIN_MLP_ELEMS_PER_TOKEN_FFN
         routed = k.top_k * load

@@ -172,6 +172,12 @@ def expert_load(w, p: CostParams) -> float:
     return p.dropless_expert_imbalance
 
 
+def ep_load(k: ScenarioConsts, ep, xp=NUMPY):
+    """The busiest EP rank's routed load over the mean: ``k.expert_load`` across ep > 1 ranks; at
+    ep 1 every rank holds every expert and carries the mean."""
+    return xp.where(ep > 1, k.expert_load, 1.0)
+
+
 def _compute_consts(scenario: Scenario, params: CostParams) -> ScenarioConsts:
     m, c = scenario.model, scenario.cluster
     gpus = [b.gpu for b in c.buildings]

@@ -19,7 +19,7 @@ from .network import effective_bandwidth_Bps, recovery_stall
 from .params import CostParams
 from .pipeline import head_on_first_rank
 from .scenario_consts import (FSDP_GATHER_MODULE, FSDP_GATHER_PARAMETER, LAYOUT_ENDS, LAYOUT_EVEN, ScenarioConsts,
-                              ring_tier_of_span)
+                              ep_load, ring_tier_of_span)
 from .stage_split import rank_layers
 from .zero3 import fsdp_calls
 
@@ -140,7 +140,7 @@ def compute_terms(k: ScenarioConsts, p: CostParams, mb, cp, tp, ep, et, xp) -> C
         shared = expert_block_time_s(tok, k.h, k.ffn_e / tp, k.mlp_mats, k.shared, k.peak_lin, k.ridge, p,
                                      k.gemm_out_weight)
         # the busiest EP rank's routed load over the mean; at ep 1 every rank holds every expert
-        load = xp.where(ep > 1, k.expert_load, 1.0)
+        load = ep_load(k, ep, xp)
         moe_lin = routed * load + shared + 2.0 * tok * k.h * k.experts / (k.peak_lin * p.gemm_efficiency_max)
         # permute before dispatch (tok / tp tokens per rank under SP) and sort by local expert
         # after it and the experts' TP gather (tok et / tp tokens), un-permute both on the way back
