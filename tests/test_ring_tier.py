@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from autotune.costmodel import evaluate
@@ -57,6 +57,7 @@ def test_data_parallel_time_falls_with_members_per_node():
 @settings(max_examples=200, deadline=None)
 @given(st.sampled_from([2, 4, 8, 16, 64, 256]), st.sampled_from([1, 2, 4, 8]), st.floats(1e5, 1e10),
        st.floats(1e9, 1e11), st.floats(1.0, 20.0))
+@example(4, 2, 100000.0, 6118558874.966475, 1.5)     # CI, 2026-11-30: equal times, 1 ulp apart
 def test_all_to_all_keeps_a_nodes_share_on_nvlink(n, m, size, bw, nvlink_over_nic):
     """Expert-parallel all-to-all with m members per node: (m-1)/n of the data rides NVLink and
     (n-m)/n the NIC, at once. One member per node is the old all-NIC formula; more members per
@@ -69,6 +70,6 @@ def test_all_to_all_keeps_a_nodes_share_on_nvlink(n, m, size, bw, nvlink_over_ni
     assert all_to_all_time(size, float(n), bw, 1e-5, SCALAR, 1.0, nvl) == \
         all_to_all_time(size, float(n), bw, 1e-5, SCALAR)
     if 2 * m <= n and nvlink_over_nic >= (2 * m - 1) / max(n - m, 1):
-        assert all_to_all_time(size, float(n), bw, 1e-5, SCALAR, float(2 * m), nvl) <= t
+        assert all_to_all_time(size, float(n), bw, 1e-5, SCALAR, float(2 * m), nvl) <= t * (1 + 1e-12)   # equal at the boundary, to rounding
     if m == n:
         assert abs(t - ((n - 1) / n * size / nvl + 1e-5)) <= 1e-12 * t
