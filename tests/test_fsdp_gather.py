@@ -164,3 +164,30 @@ def test_the_regather_slows_full_recomputation_only_and_only_zero3():
     base = {g: t(g, "selective") for g in ("unit", "module")}
     assert t("module", "full") > base["module"] * 1.15
     assert t("unit", "full") == pytest.approx(base["unit"], rel=1e-9)
+
+
+def _mem(gather, model="gpt3-175b", recompute="full"):
+    dp = 64
+    cfg = Config(tp=1, pp=1, dp=dp, dp_flavour="fsdp", micro_batch=1, placement="dp_out", recompute=recompute)
+    scen = _scen(gather, model, f"cluster.buildings.0.gpus={dp}", f"cluster.zone_gpus={dp}",
+                 f"workload.global_batch_seqs={dp}")
+    return float(iteration_formulas(scen, scalar_row(cfg), default_params(), SCALAR)["memory_per_gpu_bytes"])
+
+
+def test_zero3_by_module_holds_its_live_parameters_not_two_layers():
+    """GPT-3 175B at tp 1: a unit-granular FSDP holds two layers gathered (2 x 1.81e9 parameters);
+    DeepSpeed's coordinator holds the running module and one prefetched tensor (2 x fc1's 6.04e8)
+    and, under full recomputation, fc2 (6.04e8, reused within 1e9 parameters): 1.81e9 parameters,
+    3.6 GB less in bf16. Without recomputation it keeps 2 x fc1 only."""
+    h, f = 12288, 49152
+    layer = 4 * h * h + 2 * h * f
+    full_saving = 2.0 * (2 * layer - 3 * h * f)
+    assert _mem("unit") - _mem("module") == pytest.approx(full_saving, rel=1e-6)
+    assert _mem("unit") - _mem("parameter") == pytest.approx(full_saving, rel=1e-6)
+    assert _mem("unit", recompute="none") - _mem("module", recompute="none") == pytest.approx(
+        2.0 * (2 * layer - 2 * h * f), rel=1e-6)
+
+
+def test_zero3_live_parameters_never_exceed_two_layers():
+    """A small layer (Llama-3 8B) is held whole either way: the two-layer bound binds."""
+    assert _mem("module", model="llama3-8b") == pytest.approx(_mem("unit", model="llama3-8b"), rel=1e-9)

@@ -5,7 +5,9 @@ from __future__ import annotations
 from ..specs.codes import DPFlavour, Recompute
 from . import constants as C
 from .pipeline import PipeMemory
-from .scenario_consts import FSDP_EVERY_PASS, FSDP_NEVER, ScenarioConsts, ep_load
+from .scenario_consts import (FSDP_EVERY_PASS, FSDP_GATHER_MODULE, FSDP_GATHER_PARAMETER, FSDP_NEVER,
+                              ScenarioConsts, ep_load)
+from .zero3 import zero3_live_params
 
 F_DDP, F_ZERO1, F_FSDP, F_HSDP = DPFlavour.codes()   # codes: specs/codes.py
 R_NONE, R_SELECTIVE, R_FULL = Recompute.codes()
@@ -21,7 +23,9 @@ def memory_per_gpu(k: ScenarioConsts, fl, rc, rg, owned, P_dense, P_exp, tp, ep,
       rows) the gradients with it (Rajbhandari et al. 2020: 2 + (4 + 12) / N_d a parameter);
       FSDP that does not reshard within the step holds unsharded gradients (regather forward,
       never) and weights (never) between micro-batches;
-    - FSDP's gather buffer: two layers' unsharded weights (prefetch);
+    - FSDP's gather buffer: two layers' unsharded weights (a unit and its prefetch), or, where
+      ZeRO-3 gathers by module (``fsdp_gather`` module or parameter: DeepSpeed), the parameters
+      its coordinator keeps live (``zero3.zero3_live_params``) when that is less;
     - activations per micro-batch in flight: Korthikanti et al. 2022's per-layer bytes by
       recomputation (16-bit; fp32 doubles them), attention scores where the attention is unfused,
       one layer's full activations under full recomputation; under eager autograd
@@ -45,7 +49,10 @@ def memory_per_gpu(k: ScenarioConsts, fl, rc, rg, owned, P_dense, P_exp, tp, ep,
                       k.weight_bytes * (P_dense + P_exp) + k.grad_bytes * grads + k.optimizer_bytes * owned)
     layer_params = (k.attn_params + xp.maximum(k.dense_mlp_params, k.moe_other_params - k.attn_params
                                                + k.experts * k.expert_params * tp / (ep * et))) / tp
-    gather_buf = xp.where(sharded_all, 2 * k.weight_bytes * layer_params, 0.0)
+    live = 2 * layer_params
+    if k.fsdp_gather in (FSDP_GATHER_MODULE, FSDP_GATHER_PARAMETER):
+        live = xp.minimum(live, zero3_live_params(k, tp, rc == R_FULL, xp))
+    gather_buf = xp.where(sharded_all, k.weight_bytes * live, 0.0)
     act_mb, act_layer_full = act_per_microbatch(k, rc, tok, tp, ep, Ls, Ls_dense, Ls_moe, xp)
     full_extra = xp.where(rc == R_FULL, act_layer_full, 0.0)
     first = pm.infl * act_mb + full_extra
