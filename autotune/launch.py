@@ -161,6 +161,9 @@ def megatron_args(scenario, cfg: Config) -> tuple[list[str], list[str]]:
         args.append("--recompute-granularity selective")
         if scenario.workload.recompute_modules != ("core_attn",):
             args.append("--recompute-modules " + " ".join(scenario.workload.recompute_modules))
+    if scenario.workload.offload_modules:
+        args += ["--fine-grained-activation-offloading",
+                 "--offload-modules " + " ".join(scenario.workload.offload_modules)]
     if cfg.dp_flavour == "zero1":
         args.append("--use-distributed-optimizer")
     elif cfg.dp_flavour in ("fsdp", "hsdp"):

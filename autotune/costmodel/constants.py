@@ -99,6 +99,10 @@ def hbm_bytes_of_nominal_gb(nominal_gb: float) -> float:
     return nominal_gb * HBM_USABLE_GIB_PER_NOMINAL_GB * 2.0**30
 
 
+HOST_LINK_EFFICIENCY = 0.8
+"""Share of a GPU's host link (HardwareSpec.host_link_Bps) a pinned-memory copy stream sustains
+(PCIe's packet and flow-control overhead leaves ~80-85% of a Gen4/Gen5 x16 link's nominal rate to
+cudaMemcpyAsync; assumed the same for NVLink-C2C): the activation offloading copies."""
 FRAMEWORK_RESERVED_BYTES = 3.0e9
 """CUDA context, NCCL buffers and allocator fragmentation: an engineering allowance (assumed)."""
 

@@ -28,6 +28,21 @@ def host_launch_time(k, Ls, Ls_dense, Ls_moe, tp, cp, rc, xp):
     return fwd, bwd - bwd_w + xp.where(rc == R_FULL, fwd, 0.0), bwd_w
 
 
+def offload_floors(k, host_f, host_b, host_w, off_mb, xp):
+    """The host floors with fine-grained activation offloading's copies (``memory.offload_bytes``):
+    a micro-batch's offloaded bytes leave over the host link (HardwareSpec.host_link_Bps at
+    ``constants.HOST_LINK_EFFICIENCY``) during its forward and return before its backward, on a copy
+    stream beside the compute, so in steady state each pass lasts at least its copies (Megatron-Core
+    caps the copies in flight and waits for them). Unchanged without offloading. Approximations:
+    the copies' HBM traffic and the NIC's share of a PCIe link are not charged."""
+    if not k.offload:
+        return host_f, host_b, host_w
+    copy_s = off_mb / (k.host_link_Bps * C.HOST_LINK_EFFICIENCY)
+    if host_f is None:
+        return copy_s, copy_s, 0.0
+    return xp.maximum(host_f, copy_s), xp.maximum(host_b, copy_s), host_w
+
+
 def host_gaps(f_, b_, w_, host_f, host_b, host_w, sched, xp):
     """(forward, input-gradient, weight-gradient, gap): a micro-batch's three passes lengthened where
     the host's launches for them outlast their work, and the sum of the lengthenings; unchanged

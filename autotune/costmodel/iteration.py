@@ -20,10 +20,10 @@ from .terms import (F_DDP, F_FSDP, F_HSDP, F_ZERO1, P_CP_OUT, P_DP_OUT, P_EP_OUT
                     P_PP_OUT, Transport, dp_comm_groups, expert_tp, layout, sum_groups)
 from .kernels import memory_bound_time_s
 from .zero3 import zero3_refetch_share
-from .memory import memory_per_gpu
+from .memory import memory_per_gpu, offload_bytes
 from .recompute import moe_block_rerun, step_flops, tp_collectives_rerun
 from .compute_pass import pass_compute
-from .host_floor import dp_windows, host_gaps, host_launch_time
+from .host_floor import dp_windows, host_gaps, host_launch_time, offload_floors
 from .hetero import hetero_shares, row_speeds, speed_types, typed_memory
 from .scenario_consts import (FSDP_EVERY_PASS, FSDP_FORWARD, FSDP_GATHER_PARAMETER,
                               scenario_consts, tier_of_span)
@@ -149,6 +149,9 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
 
     # ---- host floor: the GPU runs a pass no faster than the host launches its kernels ----
     host_f, host_b, host_w = host_launch_time(k, Ls, Ls_dense, Ls_moe, tp, cp, rc, xp)
+    # ... nor faster than its offloaded activations cross the host link (WorkloadSpec.offload_modules)
+    host_f, host_b, host_w = offload_floors(k, host_f, host_b, host_w,
+                                            offload_bytes(k, rc, tok, tp, ep, Ls, Ls_moe, xp)[0], xp)
 
     def per_microbatch(with_host=True):
         """(t_f, t_b, t_w, T_comp, T_mb, gap): forward, backward and weight-gradient time of one

@@ -33,7 +33,9 @@ def memory_per_gpu(k: ScenarioConsts, fl, rc, rg, owned, P_dense, P_exp, tp, ep,
     - the logits (``logits_bytes``) on the rank that holds the head;
     - eager (torch.distributed.pipelining): the stages' receive buffers, one micro-batch's
       activations (tok x h) each (``pipeline.pipe_memory``);
-    - the framework's fixed reserve (CUDA context, NCCL buffers; ``constants``).
+    - the framework's fixed reserve (CUDA context, NCCL buffers; ``constants``);
+    - offloaded activations (``offload_bytes``) leave the micro-batches in flight, one layer's
+      (the copy in transit) stays.
     The first rank holds ``pm.infl`` micro-batches, the rank with the head ``pm.infl_head`` and their
     logits (the same rank at pp 1 and in V schedules: ``head_on_first``); the peak is the larger
     (both hold the same parameters: the embedding and the head are the same size). That is measured
@@ -55,7 +57,9 @@ def memory_per_gpu(k: ScenarioConsts, fl, rc, rg, owned, P_dense, P_exp, tp, ep,
     gather_buf = xp.where(sharded_all, k.weight_bytes * live, 0.0)
     act_mb, act_layer_full = act_per_microbatch(k, rc, tok, tp, ep, Ls, Ls_dense, Ls_moe, xp)
     full_extra = xp.where(rc == R_FULL, act_layer_full, 0.0)
-    first = pm.infl * act_mb + full_extra
+    off_mb, off_layer = offload_bytes(k, rc, tok, tp, ep, Ls, Ls_moe, xp)
+    off_mb = xp.minimum(off_mb, act_mb)
+    first = pm.infl * (act_mb - off_mb) + xp.minimum(off_layer, off_mb) + full_extra
     if k.eager_acts:
         recv = pm.recv_buffers * k.wire_bytes * tok * k.h / tp
         head = pm.infl_head * act_mb + full_extra + recv + logits_bytes(k, tok, tp, pm.pp, pm.infl_head)
@@ -135,3 +139,30 @@ def logits_bytes(k: ScenarioConsts, tok, tp, pp, n_in_flight):
         return per_mb * (kept * n_in_flight + C.EAGER_LOGITS_TRANSIENT_BYTES)
     return per_mb * C.LOGITS_BYTES * n_in_flight
 
+
+
+def offload_bytes(k: ScenarioConsts, rc, tok, tp, ep, Ls, Ls_moe, xp):
+    """(bytes a micro-batch offloads on the rank, one layer's of them): fine-grained activation
+    offloading (WorkloadSpec.offload_modules, Megatron-Core's --offload-modules) moves each listed
+    module's input to host memory in the forward and back before its backward. Per token, in the
+    activation dtype (Korthikanti et al.'s 16-bit units, like ``act_per_microbatch``):
+    attn_norm h (MLA's separate input norm; fused into qkv_linear otherwise: Megatron skips an
+    IdentityOp), qkv_linear h, core_attn the queries, keys and values (heads d_qk + the key and value
+    widths), attn_proj the attention output (heads d_v), mlp_norm h (an MoE layer's separate pre-MLP
+    norm), expert_fc1 h per routed copy (top_k x the busiest rank's load), moe_act fc1's output
+    ((mlp_mats - 1) ffn_e per copy), fused_group_mlp both and fc2's input (ffn_e per copy). Nothing
+    under full recomputation, which keeps only each layer's input."""
+    off = k.offload
+    if not off:
+        return 0.0, 0.0
+    attn = (k.h * (k.mla * ("attn_norm" in off) + ("qkv_linear" in off))
+            + (k.q_width + k.kv_width) * ("core_attn" in off) + k.v_out_width * ("attn_proj" in off))
+    fused = "fused_group_mlp" in off
+    per_copy = (k.h * ("expert_fc1" in off or fused) + (k.mlp_mats - 1.0) * k.ffn_e * ("moe_act" in off or fused)
+                + k.ffn_e * fused)
+    moe = k.h * ("mlp_norm" in off) + k.top_k * ep_load(k, ep, xp) * per_copy if k.experts else 0.0
+    scale = k.wire_bytes * tok / tp          # bytes per element: 16-bit, fp32 twice
+    per_mb = scale * (attn * Ls + moe * Ls_moe)
+    layer = scale * (attn + xp.where(Ls_moe > 0, moe, 0.0))
+    none = rc == R_FULL
+    return xp.where(none, 0.0, per_mb), xp.where(none, 0.0, layer)

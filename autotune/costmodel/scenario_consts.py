@@ -58,6 +58,10 @@ class ScenarioConsts:
     pp_layout: int               # LAYOUT_EVEN, LAYOUT_ENDS or LAYOUT_BALANCED (WorkloadSpec.pipeline_layout)
     head_layer_equiv: float      # the head's block cost in layers, nanotron's weights (balanced split)
     rc_modules: frozenset = frozenset({"core_attn"})   # WorkloadSpec.recompute_modules (recompute = selective)
+    offload: frozenset = frozenset()   # WorkloadSpec.offload_modules (fine-grained activation offloading)
+    host_link_Bps: float = 64.0e9      # the slowest GPU's host link, one direction (HardwareSpec.host_link_Bps)
+    q_width: float = 0.0               # query elements per token (heads x d_qk), core_attn's input with keys and values
+    v_out_width: float = 0.0           # attention output elements per token (heads x d_v), attn_proj's input
     attn_act_elems: float = 0.0  # elements per token the attention block's GEMMs and core keep (ModelSpec)
     mla_up_elems: float = 0.0    # of them, MLA's up-projected queries, keys and values (mla_up_proj)
     mla: float = 0.0             # 1.0 for multi-latent attention (its input norm is a separate module)
@@ -251,6 +255,8 @@ def _compute_consts(scenario: Scenario, params: CostParams) -> ScenarioConsts:
         shard_gradients=scenario.workload.shard_gradients,
         pp_layout=_LAYOUT[scenario.workload.resolved_pipeline_layout], head_layer_equiv=head_layer_equivalents(m),
         rc_modules=frozenset(scenario.workload.recompute_modules),
+        offload=frozenset(scenario.workload.offload_modules), host_link_Bps=min(g.host_link_Bps for g in gpus),
+        q_width=float(m.n_heads * m.qk_head_dim), v_out_width=float(m.n_heads * m.v_dim),
         attn_act_elems=m.attention_saved_elems, mla_up_elems=m.mla_up_elems, mla_up_gemms=m.mla_up_gemms,
         mla=1.0 if m.attention == "mla" else 0.0,
         **framework_bucket(scenario.workload.framework,

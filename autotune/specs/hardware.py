@@ -30,6 +30,9 @@ class HardwareSpec(BaseModel):
     nvlink_bandwidth_Bps: float = Field(ge=MIN_BANDWIDTH_Bps, le=MAX_BANDWIDTH_Bps, description="per GPU, one direction")
     nvlink_latency_s: float = Field(default=2e-6, ge=0)
     nic_bandwidth_Bps: float = Field(ge=MIN_BANDWIDTH_Bps, le=MAX_BANDWIDTH_Bps, description="scale-out NIC per GPU, one direction")
+    host_link_Bps: float = Field(default=64.0e9, ge=MIN_BANDWIDTH_Bps, le=MAX_BANDWIDTH_Bps, description="GPU to host "
+                                 "memory per GPU, one direction (activation offloading, WorkloadSpec.offload_modules); "
+                                 "default a PCIe 5.0 x16 link's 64 GB/s")
     nccl_ll128: bool = Field(default=True, description="NCCL's LL128 protocol runs on this node: NVLink inside, "
                              "SM70 or newer (tuning.cc enables it only there); false for CPU ranks (gloo)")
     async_launch: bool = Field(default=True, description="work is launched asynchronously by a host that runs "

@@ -5,7 +5,7 @@ from pydantic import BaseModel, ConfigDict, PrivateAttr, model_validator
 
 from .cluster import ClusterSpec
 from .model import ModelSpec
-from .workload import WorkloadSpec
+from .workload import MOE_OFFLOAD_MODULES, WorkloadSpec
 
 
 def module_misfit(modules, model) -> str:
@@ -40,6 +40,10 @@ class Scenario(BaseModel):
         bad = module_misfit(self.workload.recompute_modules, self.model)
         if bad:
             raise ValueError(f"workload.recompute_modules {bad}")
+        moe_off = sorted(MOE_OFFLOAD_MODULES & set(self.workload.offload_modules))
+        if moe_off and not self.model.moe_experts:
+            raise ValueError(f"workload.offload_modules {','.join(moe_off)} need a mixture-of-experts model "
+                             "(model.moe_experts is 0)")
         return self
 
     @property
@@ -79,11 +83,14 @@ class Scenario(BaseModel):
                                             ("shard_gradients", False), ("grad_dtype", "fp32"),
                                             ("fp8_param_gather", False), ("grad_reduce_dtype", None),
                                             ("fsdp_gather", "unit"), ("moe_routing", "dropless"),
-                                            ("moe_capacity_factor", 1.0))
+                                            ("moe_capacity_factor", 1.0), ("offload_modules", ()))
                  if getattr(w, name) == default}
         exclude: dict = {"workload": later} if later else {}
-        # HardwareSpec.async_launch, added later too, left out where it is at its default (GPUs)
-        at_default = {i: {"gpu": {"async_launch"}} for i, b in enumerate(self.cluster.buildings) if b.gpu.async_launch}
+        # HardwareSpec.async_launch, added later too, left out where it is at its default (GPUs), and
+        # host_link_Bps (later still) wherever nothing is offloaded over it
+        quiet = set() if w.offload_modules else {"host_link_Bps"}
+        at_default = {i: {"gpu": {"async_launch"} | quiet} if b.gpu.async_launch else {"gpu": quiet}
+                      for i, b in enumerate(self.cluster.buildings) if b.gpu.async_launch or quiet}
         if at_default:
             exclude["cluster"] = {"buildings": at_default}
         return hashlib.sha256(self.model_dump_json(exclude=exclude or None).encode()).hexdigest()[:16]

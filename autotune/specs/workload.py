@@ -33,6 +33,24 @@ RECOMPUTE_MODULES = ("core_attn", "layernorm", "mla_up_proj", "mlp", "moe_act", 
 ``recompute = selective`` re-runs in the backward. core_attn alone is Korthikanti et al. 2022's
 selective recomputation (Megatron's default module list)."""
 
+OFFLOAD_MODULES = ("attn_norm", "qkv_linear", "core_attn", "attn_proj", "mlp_norm", "expert_fc1", "moe_act",
+                   "fused_group_mlp")
+"""Megatron-Core's ``--offload-modules`` (fine-grained activation offloading, transformer_config.py
+and docs/user-guide/features/fine_grained_activation_offloading.md): each moves its module's input
+activation to host memory in the forward and back before its backward."""
+
+MOE_OFFLOAD_MODULES = frozenset({"expert_fc1", "moe_act", "fused_group_mlp"})
+
+
+def module_list(v, allowed: tuple):
+    """A comma- or space-separated string of module names as a tuple in ``allowed``'s order (any
+    order and repeats give the same canonical tuple); anything else is left for pydantic to reject."""
+    if isinstance(v, str):
+        v = [x for x in re.split(r"[,\s]+", v.strip()) if x]
+    if isinstance(v, (list, tuple)) and all(isinstance(x, str) for x in v) and set(v) <= set(allowed):
+        return tuple(m for m in allowed if m in v)
+    return v
+
 
 def default_pipeline_layout(framework: str) -> str:
     """The framework class's own pipeline layout (``FRAMEWORK_PIPELINE_LAYOUT``, else even)."""
@@ -147,22 +165,48 @@ class WorkloadSpec(BaseModel):
         "the shared experts' MLP, moe = the whole MoE block with its dispatch and combine. Each drops "
         "what that module keeps for the backward and charges its forward again; fused activation memory only")
 
+    offload_modules: tuple[Literal[OFFLOAD_MODULES], ...] = Field(
+        default=(), description="fine-grained activation offloading (Megatron-Core's "
+        "--fine-grained-activation-offloading --offload-modules; a comma-separated list): each module's input "
+        "activation goes to host memory over the GPU's host link (HardwareSpec.host_link_Bps) in the forward "
+        "and comes back for the backward, overlapped with the pass's compute. attn_norm = the attention's "
+        "separate input norm (MLA; fused into qkv_linear otherwise), qkv_linear = the QKV projection's input, "
+        "core_attn = queries, keys and values, attn_proj = the attention output (needs core_attn), mlp_norm = "
+        "an MoE layer's pre-MLP norm, expert_fc1 = each routed copy's permuted input, moe_act = the experts' "
+        "fc1 output, fused_group_mlp = the whole grouped expert MLP's (not with expert_fc1 or moe_act). "
+        "Fused activation memory only; no effect under recompute full")
+
     @field_validator("recompute_modules", mode="before")
     @classmethod
     def _modules_from_text(cls, v):
         """A comma- or space-separated string (``--set workload.recompute_modules=layernorm,moe_act``)
         as a tuple; any order and repeats give the same canonical tuple (RECOMPUTE_MODULES' order)."""
-        if isinstance(v, str):
-            v = [x for x in re.split(r"[,\s]+", v.strip()) if x]
-        if isinstance(v, (list, tuple)) and all(isinstance(x, str) for x in v) and set(v) <= set(RECOMPUTE_MODULES):
-            return tuple(m for m in RECOMPUTE_MODULES if m in v)
-        return v
+        return module_list(v, RECOMPUTE_MODULES)
+
+    @field_validator("offload_modules", mode="before")
+    @classmethod
+    def _offload_from_text(cls, v):
+        """As ``recompute_modules``, in OFFLOAD_MODULES' order."""
+        return module_list(v, OFFLOAD_MODULES)
 
     @model_validator(mode="after")
     def _modules_need_fused(self):
         if self.activation_memory == "eager" and self.recompute_modules != ("core_attn",):
             raise ValueError(f"recompute_modules {','.join(self.recompute_modules)} needs activation_memory "
                              "fused (Megatron-Core's --recompute-modules); eager autograd prices core_attn only")
+        off = set(self.offload_modules)
+        if off and self.activation_memory == "eager":
+            raise ValueError(f"offload_modules {','.join(self.offload_modules)} needs activation_memory fused "
+                             "(Megatron-Core's fine-grained activation offloading)")
+        if "attn_proj" in off and "core_attn" not in off:
+            raise ValueError("offload_modules attn_proj needs core_attn too (attn_proj's input is core_attn's "
+                             "output, which core_attn's backward needs; Megatron-Core refuses it alone)")
+        if "fused_group_mlp" in off and off & {"expert_fc1", "moe_act"}:
+            raise ValueError("offload_modules fused_group_mlp offloads the whole grouped expert MLP: list it "
+                             "without expert_fc1 or moe_act")
+        if off & MOE_OFFLOAD_MODULES and "moe" in self.recompute_modules:
+            raise ValueError(f"offload_modules {','.join(sorted(off & MOE_OFFLOAD_MODULES))} offload inside the "
+                             "MoE block, which recompute_modules moe recomputes whole (Megatron-Core refuses both)")
         return self
 
     @field_validator("fp8_param_gather")

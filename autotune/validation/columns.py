@@ -38,7 +38,7 @@ COLUMNS = ("source", "model_name", "params_b", "n_layers", "hidden", "ffn_hidden
            "sliding_window_layers", "activation", "framework", "flops_convention", "hbm_gb", "hbm_tbps",
            "nic_gbps", "peak_memory_gb", "pipeline_layout", "recompute_modules", "optimizer_moments",
            "flash_attention", "grad_dtype", "fp8_param_gather", "grad_reduce_dtype", "fsdp_gather", "moe_routing",
-           "notes")
+           "offload_modules", "notes")
 """The columns of published_runs.csv (docs in ``autotune/data/published_runs.README.md``).
 ``source``, ``params_b`` and ``notes`` are informational: ``source`` names the row's source
 family; none of the three is parsed as a number."""
@@ -239,6 +239,33 @@ def map_recompute_modules(text: str) -> str | None:
     t = re.sub(r"(?<=[a-z])-(?=[a-z])", "_", t)
     names = [x for x in re.split(r"[,;+/\s]+|\band\b", t) if x]
     mods = [_MODULE_SPELLINGS.get(x) for x in names]
+    if not mods or None in mods:
+        return None
+    return ",".join(dict.fromkeys(mods))
+
+
+_OFFLOAD_SPELLINGS = {"attn_norm": "attn_norm", "input_norm": "attn_norm", "qkv_linear": "qkv_linear",
+                      "qkv": "qkv_linear", "core_attn": "core_attn", "core_attention": "core_attn",
+                      "attn_proj": "attn_proj", "proj": "attn_proj", "mlp_norm": "mlp_norm",
+                      "pre_mlp_norm": "mlp_norm", "expert_fc1": "expert_fc1", "fc1": "expert_fc1",
+                      "moe_act": "moe_act", "act": "moe_act", "fused_group_mlp": "fused_group_mlp"}
+"""Spellings of Megatron-Core's --offload-modules (WorkloadSpec.offload_modules): its own names and
+short forms ('fc1', 'act', 'qkv')."""
+
+
+def map_offload_modules(text: str) -> str | None:
+    """An offload module list ("--fine-grained-activation-offloading --offload-modules expert_fc1
+    moe_act", "fine-grained activation offloading of expert_fc1 and moe_act", "fc1+act") as
+    WorkloadSpec's comma-separated names; "none" / "no" as the empty list (""); None where a name is
+    not one Megatron-Core offloads."""
+    t = (text or "").lower().strip()
+    if re.fullmatch(r"(?:none|no|off|false|0|-)", t):
+        return ""
+    t = re.sub(r"--fine-grained-activation-offloading|--offload-modules|fine[- ]grained|activation|"
+               r"offload(?:ing|ed)?|\bof\b|\(required\)|[\'\"()\[\]]", " ", t)
+    t = re.sub(r"(?<=[a-z0-9])-(?=[a-z])", "_", t)
+    names = [x for x in re.split(r"[,;+/\s]+|\band\b", t) if x]
+    mods = [_OFFLOAD_SPELLINGS.get(x) for x in names]
     if not mods or None in mods:
         return None
     return ",".join(dict.fromkeys(mods))

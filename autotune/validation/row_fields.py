@@ -10,7 +10,7 @@ from ..specs.workload import default_pipeline_layout
 from ..costmodel.constants import hbm_bytes_of_nominal_gb
 from .columns import (ALWAYS_RECOMPUTE_SOURCES, ASSUMED_FRAMEWORK, PRE_FLASH_SOURCES, Skip, _cell, gpu_memory_gb,
                       map_convention, map_flash, map_framework, map_grad_dtype, map_grad_reduce_dtype, map_moments, map_pipeline_layout,
-                      map_recompute_modules)
+                      map_offload_modules, map_recompute_modules)
 
 
 RACK_SCALE_DOMAIN_GPUS = 8
@@ -140,6 +140,14 @@ def _pipeline_layout(row: dict, assumed: list, framework: str, pp: int) -> str |
     default = default_pipeline_layout(framework)
     assumed.append(f"pipeline_layout={default} (not stated; {framework}'s default)")
     return None
+
+
+def _offload_modules(row: dict) -> tuple:
+    """``offload_modules`` as stated (Megatron-Core's --offload-modules, its names or their short
+    forms), () where the cell is empty or says none."""
+    mods = _stated(row, "offload_modules", map_offload_modules, "names a module Megatron-Core does not offload "
+                   "(attn_norm, qkv_linear, core_attn, attn_proj, mlp_norm, expert_fc1, moe_act, fused_group_mlp)")
+    return tuple(mods.split(",")) if mods else ()
 
 
 def _recompute_modules(row: dict, assumed: list, rec: str) -> str | None:

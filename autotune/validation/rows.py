@@ -17,7 +17,7 @@ from .columns import (schedule_stated, ALWAYS_RECOMPUTE_SOURCES, ASSUMED_FFN_MUL
                       RECOMPUTE_VALUES, Skip, _cell, _int,
                       _match_flavour, _match_schedule, is_deepspeed_zero3, map_flavour, map_gpu, map_schedule, one_line,
                       source_family)
-from .row_fields import (RACK_SCALE_DOMAIN_GPUS, _moe_routing, _shared_experts, _convention, _fsdp_gather, _flag, _flash, _grad_dtype, _grad_reduce_dtype, _moments, _pipeline_layout, _recompute_modules, _ep_dedup, _ep_overlap, _float, _framework, _hardware,
+from .row_fields import (RACK_SCALE_DOMAIN_GPUS, _moe_routing, _shared_experts, _convention, _fsdp_gather, _flag, _flash, _grad_dtype, _grad_reduce_dtype, _moments, _pipeline_layout, _recompute_modules, _offload_modules, _ep_dedup, _ep_overlap, _float, _framework, _hardware,
                          _post_validation, _tp_overlap)
 
 @dataclass
@@ -221,6 +221,7 @@ def build_case(i: int, row: dict) -> RunCase:
     if rec and rec not in RECOMPUTE_VALUES:
         raise Skip("not none/selective/full (empty = not stated)", "recompute", _cell(row, "recompute"))
     modules = _recompute_modules(row, assumed, rec)
+    offload = _offload_modules(row)
     moments = _moments(row)
     grad_dtype = _grad_dtype(row)
     reduce_dtype = _grad_reduce_dtype(row)
@@ -273,6 +274,7 @@ def build_case(i: int, row: dict) -> RunCase:
                                                            fsdp_gather=gather,
                                                            pipeline_layout=layout,
                                                            recompute_modules=modules or ("core_attn",),
+                                                           offload_modules=offload,
                                                            optimizer_moments=moments, grad_dtype=grad_dtype,
                                                            grad_reduce_dtype=reduce_dtype,
                                                            fp8_param_gather=fp8_params),
