@@ -166,6 +166,10 @@ def megatron_args(scenario, cfg: Config) -> tuple[list[str], list[str]]:
                  "--offload-modules " + " ".join(scenario.workload.offload_modules)]
     if cfg.dp_flavour == "zero1":
         args.append("--use-distributed-optimizer")
+        if scenario.workload.zero1_param_sync == "broadcast":
+            notes.append("zero1_param_sync=broadcast: the scenario models InternEvo's hybrid ZeRO (gradients "
+                         "all-reduced, shards broadcast); Megatron-LM's distributed optimizer reduce-scatters and "
+                         "all-gathers over all data-parallel ranks")
     elif cfg.dp_flavour in ("fsdp", "hsdp"):
         args.append("--use-torch-fsdp2")
         if scenario.workload.fsdp_regather == "never":

@@ -17,7 +17,8 @@ from .stragglers import straggler_scale
 from .pipeline import (S_1F1B, S_DUALPIPEV, S_GPIPE, S_INTERLEAVED, S_ZBV, bubble_time, chain_hops,
                        in_flight_microbatches, pipe_memory, paired_share, step_end_exposed, sync_windows)
 from .terms import (F_DDP, F_FSDP, F_HSDP, F_ZERO1, P_CP_OUT, P_DP_OUT, P_EP_OUT, P_HYBRID,  # noqa: F401
-                    P_PP_OUT, Transport, dp_comm_groups, expert_tp, layout, sum_groups)
+                    P_PP_OUT, Transport, dp_comm_groups, expert_tp, layout, sum_groups,
+                    zero1_group_size)
 from .kernels import memory_bound_time_s
 from .zero3 import zero3_refetch_share
 from .memory import memory_per_gpu, offload_bytes
@@ -283,11 +284,13 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
                                 t_f_p - gather_f_mb, t_b_p - gather_b_mb + t_w, xp)
     dp_grad_exposed = step_end_exposed(per_step_grad, pass_b, calls_d, win, last, overlap, xp)
     dp_param_exposed = step_end_exposed(per_step_param, pass_f, gcalls_d, win, last, overlap, xp)
+    if k.zero1_bcast:   # InternEvo broadcasts after the step, before the next forward (overlap_sync_param off)
+        dp_param_exposed = xp.where(fl == F_ZERO1, per_step_param, dp_param_exposed)
     dp_exposed = dp_grad_exposed + dp_param_exposed
 
     # ---- optimizer step (HBM bound) ----
-    shard_d = xp.select([fl == F_ZERO1, is_fsdp, is_hsdp], [n_d, n_d, n_in_d], 1.0)
-    shard_e = xp.select([fl == F_ZERO1, is_fsdp, is_hsdp], [n_e, n_e, n_in_e], 1.0)
+    shard_d = xp.select([fl == F_ZERO1, is_fsdp, is_hsdp], [zero1_group_size(k, n_d, xp), n_d, n_in_d], 1.0)
+    shard_e = xp.select([fl == F_ZERO1, is_fsdp, is_hsdp], [zero1_group_size(k, n_e, xp), n_e, n_in_e], 1.0)
     owned = P_dense / shard_d + P_exp / shard_e
     t_opt = memory_bound_time_s(owned * k.adam_traffic_bytes, k.hbm_Bps)
 

@@ -58,6 +58,8 @@ class ScenarioConsts:
     pp_layout: int               # LAYOUT_EVEN, LAYOUT_ENDS or LAYOUT_BALANCED (WorkloadSpec.pipeline_layout)
     head_layer_equiv: float      # the head's block cost in layers, nanotron's weights (balanced split)
     rc_modules: frozenset = frozenset({"core_attn"})   # WorkloadSpec.recompute_modules (recompute = selective)
+    zero1_bcast: bool = False          # WorkloadSpec.zero1_param_sync == "broadcast" (InternEvo)
+    zero1_group: float = 0.0           # WorkloadSpec.zero1_shard_ranks (0: all data-parallel ranks)
     offload: frozenset = frozenset()   # WorkloadSpec.offload_modules (fine-grained activation offloading)
     host_link_Bps: float = 64.0e9      # the slowest GPU's host link, one direction (HardwareSpec.host_link_Bps)
     q_width: float = 0.0               # query elements per token (heads x d_qk), core_attn's input with keys and values
@@ -255,6 +257,8 @@ def _compute_consts(scenario: Scenario, params: CostParams) -> ScenarioConsts:
         shard_gradients=scenario.workload.shard_gradients,
         pp_layout=_LAYOUT[scenario.workload.resolved_pipeline_layout], head_layer_equiv=head_layer_equivalents(m),
         rc_modules=frozenset(scenario.workload.recompute_modules),
+        zero1_bcast=scenario.workload.zero1_param_sync == "broadcast",
+        zero1_group=float(scenario.workload.zero1_shard_ranks),
         offload=frozenset(scenario.workload.offload_modules), host_link_Bps=min(g.host_link_Bps for g in gpus),
         q_width=float(m.n_heads * m.qk_head_dim), v_out_width=float(m.n_heads * m.v_dim),
         attn_act_elems=m.attention_saved_elems, mla_up_elems=m.mla_up_elems, mla_up_gemms=m.mla_up_gemms,

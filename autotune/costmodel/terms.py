@@ -315,7 +315,10 @@ def dp_comm_groups(k: ScenarioConsts, p: CostParams, batch, xp, t: Transport | N
         rb = k.reduce_bytes if k.fsdp_reduce_bytes == k.reduce_bytes else \
             xp.where(sharded, k.fsdp_reduce_bytes, k.reduce_bytes)
         c = P * rb / calls
-        kind = xp.where(is_ddp, float(KIND_AR), float(KIND_AG))
+        is_z1 = fl == F_ZERO1
+        # InternEvo's zero1 (zero1_param_sync broadcast) all-reduces its gradients as DDP does
+        kind = xp.where(is_ddp | is_z1, float(KIND_AR), float(KIND_AG)) if k.zero1_bcast else \
+            xp.where(is_ddp, float(KIND_AR), float(KIND_AG))
         n_x1 = xp.where(is_hsdp, 1.0, n_x)
         # list collectives copy each rank's entry out of (into) the flat buffer (fsdp_gather = parameter)
         copies = xp.where(is_fsdp, n_in * n_x * C.LIST_COLLECTIVE_COPY_s, 0.0) \
@@ -342,6 +345,10 @@ def dp_comm_groups(k: ScenarioConsts, p: CostParams, batch, xp, t: Transport | N
         hs_x_, hxs_ = xp.on_rows(is_hsdp, across, calls, c, n_in, n_x, bw_in, a_in, bw_x_all, coll, proto, ch, buf,
                                  ax_all, pat_ok)
         t1, x1, t_ag, x_ag = calls * t1, calls * x1, gcalls * t_ag, gcalls * x_ag
+        if k.zero1_bcast:       # ... and syncs its parameters by one broadcast per shard owner
+            t_bc, x_bc, g = zero1_broadcasts(k, p, t, P, n_in, n_x, stride, coll, proto, bw_x_all, ax_all, is_z1, xp)
+            t_ag, x_ag, gcalls = (xp.where(is_z1, t_bc, t_ag), xp.where(is_z1, x_bc, x_ag),
+                                  xp.where(is_z1, xp.maximum(g, 1.0), gcalls))
         is_shard = (fl == F_ZERO1) | is_fsdp
         return DPComm(xp.where(is_ddp, t1, 0.0), xp.where(is_ddp, x1, 0.0), xp.where(is_shard, t1, 0.0),
                       xp.where(is_shard, x1, 0.0), xp.where(is_shard, t_ag, 0.0), xp.where(is_shard, x_ag, 0.0),
@@ -356,6 +363,39 @@ def dp_comm_groups(k: ScenarioConsts, p: CostParams, batch, xp, t: Transport | N
                                                                                          "ag_in", "hs_x")})
                  for g in parts]
     return tuple(parts)
+
+
+def zero1_group_size(k: ScenarioConsts, n, xp):
+    """Data-parallel ranks of one optimizer shard group of a group of n (WorkloadSpec.zero1_shard_ranks,
+    0 = all n): the zero1 flavour's shard count."""
+    return xp.where(k.zero1_group > 0, xp.minimum(k.zero1_group, n), n) if k.zero1_bcast else n
+
+
+def zero1_broadcasts(k: ScenarioConsts, p: CostParams, t: Transport, P, n_in, n_x, stride, coll, proto,
+                     bw_x_all, ax_all, rows, xp):
+    """(seconds, cross-building bytes per GPU, broadcasts) of InternEvo's parameter sync
+    (zero1_param_sync broadcast; HybridZeroOptimizer.broadcast_params): each of the g ranks of a
+    shard group (``zero1_group_size``: g consecutive data-parallel ranks, inside the building where
+    g fits there) broadcasts its P / g updated parameters to the group, one NCCL broadcast each, in
+    turn on one stream. A ring broadcast of M bytes carries M over every link of the ring in g - 1
+    pipelined steps: priced as the ring all-gather whose links carry the same bytes (M g / (g - 1)
+    gathered) with the same g - 1 steps, without PAT (NCCL runs broadcasts on rings only). None
+    for a group of one."""
+    g = zero1_group_size(k, n_in * n_x, xp)
+
+    def bcast(g_, n_in_, stride_, coll_, proto_, bwxa, axa, P_):
+        g_in = xp.minimum(g_, n_in_)
+        g_x = g_ / g_in
+        bw_g, a_g = ring_tier_of_span(k, stride_, g_in, xp)
+        bw_ring = t.goodput_where(g_x > 1.0, k.G_b / g_in, t.ch, t.ch * t.buf)
+        size = P_ * k.weight_bytes / g_ * g_ / xp.maximum(g_ - 1.0, 1.0)
+        one, x1 = collective(KIND_AG, coll_, proto_, size, g_in, g_x, bw_g, a_g, bw_ring, bwxa, axa, t.ch, t.buf,
+                             k.ll128, xp, p.nccl_overhead_scale, axa, 0.0)
+        many = xp.where(g_ > 1.0, g_, 0.0)
+        return many * one, many * x1
+    t_bc, x_bc = xp.on_rows(rows, bcast, g, n_in, stride + 0.0 * n_in, coll, proto, bw_x_all, ax_all,
+                            P + 0.0 * n_in)
+    return t_bc, x_bc, g
 
 
 def sum_groups(parts: tuple) -> DPComm:

@@ -79,6 +79,18 @@ class WorkloadSpec(BaseModel):
         "distributed optimizer, ZeRO-1). The collectives are the same")
     fsdp_unit_layers: int = Field(default=1, ge=1, le=1 << 12, description="transformer layers per FSDP "
                                   "unit: one all-gather and one reduce-scatter per unit (FSDP2 fully_shard per block = 1)")
+    zero1_param_sync: Literal["all_gather", "broadcast"] = Field(
+        default="all_gather", description="how the zero1 flavour syncs: all_gather = gradients "
+        "reduce-scattered and updated parameters all-gathered over the data-parallel ranks (Megatron-Core's "
+        "distributed optimizer, DeepSpeed ZeRO-1); broadcast = gradients all-reduced over all data-parallel "
+        "ranks in buckets behind the backward, then each optimizer shard's owner broadcasts its updated "
+        "parameters to its shard group after the step, one broadcast per owner (InternEvo's "
+        "HybridZeroOptimizer with overlap_sync_param off, its 7B configs' default)")
+    zero1_shard_ranks: int = Field(
+        default=0, ge=0, le=1 << 20, description="data-parallel ranks one optimizer shard group spans under "
+        "zero1_param_sync broadcast: 0 = all of them (InternEvo's zero1=-1), g = groups of g consecutive "
+        "ranks, each holding a full replica of the optimizer states (InternEvo's zero1=g; at most the "
+        "data-parallel size)")
     fsdp_gather: Literal["unit", "module", "parameter"] = Field(
         default="unit", description="how FSDP / ZeRO-3 issues its collectives: unit = one all-gather and one "
         "reduce-scatter per FSDP unit (fsdp_unit_layers; PyTorch FSDP, Megatron-Core FSDP); module = one "
@@ -194,6 +206,9 @@ class WorkloadSpec(BaseModel):
         if self.activation_memory == "eager" and self.recompute_modules != ("core_attn",):
             raise ValueError(f"recompute_modules {','.join(self.recompute_modules)} needs activation_memory "
                              "fused (Megatron-Core's --recompute-modules); eager autograd prices core_attn only")
+        if self.zero1_shard_ranks and self.zero1_param_sync != "broadcast":
+            raise ValueError(f"zero1_shard_ranks {self.zero1_shard_ranks} needs zero1_param_sync broadcast "
+                             "(InternEvo's hybrid ZeRO); the all_gather sync shards over all data-parallel ranks")
         off = set(self.offload_modules)
         if off and self.activation_memory == "eager":
             raise ValueError(f"offload_modules {','.join(self.offload_modules)} needs activation_memory fused "

@@ -142,6 +142,31 @@ def _pipeline_layout(row: dict, assumed: list, framework: str, pp: int) -> str |
     return None
 
 
+_ZERO1_GROUP = re.compile(r"zero1\s*=\s*(-?\d+)|groups?\s+of\s+(\d+)", re.I)
+
+
+def _zero1_sync(row: dict, assumed: list, flavour: str, n_dp: int) -> tuple[str, int]:
+    """(zero1_param_sync, zero1_shard_ranks) of a zero1 row: InternEvo's HybridZeroOptimizer
+    (framework cell naming InternEvo, or an optimizer shard group stated in ``zero_or_fsdp``:
+    "zero1=8", "groups of 8 GPUs"; zero1=-1 = all data-parallel ranks) all-reduces gradients and
+    broadcasts shards; every other zero1 row reduce-scatters and all-gathers over all of them.
+    A group larger than the data-parallel size or not dividing it skips the row."""
+    text = _cell(row, "zero_or_fsdp")
+    m = _ZERO1_GROUP.search(text) if flavour == "zero1" else None
+    intern = "internevo" in _cell(row, "framework").lower()
+    if flavour != "zero1" or not (m or intern):
+        return "all_gather", 0
+    group = int(m.group(1) or m.group(2)) if m else 0
+    group = 0 if group < 0 else group
+    if group and (group > n_dp or n_dp % group):
+        raise Skip(f"an optimizer shard group of {group} ranks does not divide the {n_dp} data-parallel ranks",
+                   "zero_or_fsdp", text)
+    group = 0 if group == n_dp else group
+    assumed.append("zero1_param_sync=broadcast (InternEvo's hybrid ZeRO: gradients all-reduced, each shard "
+                   "broadcast after the step" + (f", shards within {group} ranks)" if group else ")"))
+    return "broadcast", group
+
+
 def _offload_modules(row: dict) -> tuple:
     """``offload_modules`` as stated (Megatron-Core's --offload-modules, its names or their short
     forms), () where the cell is empty or says none."""

@@ -17,7 +17,7 @@ from .columns import (schedule_stated, ALWAYS_RECOMPUTE_SOURCES, ASSUMED_FFN_MUL
                       RECOMPUTE_VALUES, Skip, _cell, _int,
                       _match_flavour, _match_schedule, is_deepspeed_zero3, map_flavour, map_gpu, map_schedule, one_line,
                       source_family)
-from .row_fields import (RACK_SCALE_DOMAIN_GPUS, _moe_routing, _shared_experts, _convention, _fsdp_gather, _flag, _flash, _grad_dtype, _grad_reduce_dtype, _moments, _pipeline_layout, _recompute_modules, _offload_modules, _ep_dedup, _ep_overlap, _float, _framework, _hardware,
+from .row_fields import (RACK_SCALE_DOMAIN_GPUS, _moe_routing, _shared_experts, _convention, _fsdp_gather, _flag, _flash, _grad_dtype, _grad_reduce_dtype, _moments, _pipeline_layout, _recompute_modules, _offload_modules, _zero1_sync, _ep_dedup, _ep_overlap, _float, _framework, _hardware,
                          _post_validation, _tp_overlap)
 
 @dataclass
@@ -261,6 +261,7 @@ def build_case(i: int, row: dict) -> RunCase:
         ds_zero3 = flavour == "fsdp" and is_deepspeed_zero3(flavour_text, _cell(row, "framework"),
                                                             row.get("source") or "")
         gather = _fsdp_gather(row, assumed, ds_zero3) if flavour == "fsdp" and dp * cp > 1 else "unit"
+        z1_sync, z1_group = _zero1_sync(row, assumed, flavour, dp * cp) if dp * cp > 1 else ("all_gather", 0)
         zero2 = flavour == "zero2" and dp * cp > 1        # ZeRO-2 shards over data-parallel ranks only
         if flavour == "zero2":
             flavour = "zero1"
@@ -271,7 +272,8 @@ def build_case(i: int, row: dict) -> RunCase:
                                                            moe_routing=routing, moe_capacity_factor=capacity,
                                                            optimizer_post_validation=post_validation,
                                                            fsdp_regather=regather, shard_gradients=zero2,
-                                                           fsdp_gather=gather,
+                                                           fsdp_gather=gather, zero1_param_sync=z1_sync,
+                                                           zero1_shard_ranks=z1_group,
                                                            pipeline_layout=layout,
                                                            recompute_modules=modules or ("core_attn",),
                                                            offload_modules=offload,
