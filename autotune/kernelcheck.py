@@ -31,10 +31,11 @@ from .specs.presets import load_preset
 
 GPU_PRESET = "h100-sxm"
 SWIGLU_MATS = 3.0            # gate, up, down: the measured MLPs and expert blocks are SwiGLU
-FIT_NAMES = ("gemm_efficiency_max", "gemm_half_intensity_ridge_ratio", "attention_core_efficiency",
+FIT_NAMES = ("gemm_efficiency_max", "gemm_half_intensity_ridge_ratio", "gemm_knee_sharpness", "attention_core_efficiency",
              "attention_head_dim_half", "attention_seq_half", "attention_backward_time_ratio",
              "fp8_gemm_speedup_realised")
 FIT_BOUNDS = {"gemm_efficiency_max": (0.3, 1.0), "gemm_half_intensity_ridge_ratio": (1e-3, 5.0),
+              "gemm_knee_sharpness": (1.0, 8.0),
               "attention_core_efficiency": (0.1, 1.0), "attention_backward_time_ratio": (1.0, 8.0),
               "attention_head_dim_half": (0.0, 512.0), "attention_seq_half": (0.0, 8192.0),
               "fp8_gemm_speedup_realised": (0.0, 1.0)}

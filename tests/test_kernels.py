@@ -87,3 +87,28 @@ def test_bad_rows_are_skipped_with_their_reason(run_cli, tmp_path):
 def test_missing_folder_exits_2(run_cli, tmp_path):
     r = run_cli("kernels", "--data", str(tmp_path / "nope"))
     assert r.returncode == 2 and "--data" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_gemm_knee_one_is_the_hyperbola_and_sharper_knees_approach_the_roofline():
+    from autotune.costmodel.kernels import gemm_efficiency
+    p = CostParams().with_values(gemm_efficiency_max=0.8, gemm_half_intensity_ridge_ratio=0.6)
+    ridge = 300.0
+    for M in (64.0, 256.0, 2048.0, 16384.0):
+        I = M * 4096 * 4096 / (M * 4096 + 4096 * 4096 + M * 4096)
+        assert gemm_efficiency(M, 4096.0, 4096.0, ridge, p) == pytest.approx(0.8 * I / (I + 0.6 * ridge), rel=1e-12)
+        effs = [gemm_efficiency(M, 4096.0, 4096.0, ridge, p.with_values(gemm_knee_sharpness=n)) for n in (1.0, 2.0, 4.0, 64.0)]
+        assert effs == sorted(effs)                                    # sharper: never slower
+        assert effs[-1] == pytest.approx(0.8 * min(1.0, I / (0.6 * ridge)), rel=2e-2)   # the roofline's corner
+
+
+def test_generations_relative_to_the_kernels_hopper():
+    """Hopper is the kernels' own generation (held 1.0 in every fit); Ampere and Blackwell are
+    fitted relative to it; a CPU rank (compute capability 0) keeps its calibrated peak."""
+    from autotune.costmodel.scenario_consts import generation_efficiency
+    from autotune.specs.presets import load_preset
+    from autotune.validation.held import KERNEL_LEVELS
+    p = CostParams().with_values(gpu_generation_efficiency_ampere=1.2, gpu_generation_efficiency_hopper=0.9,
+                                 gpu_generation_efficiency_blackwell=0.8)
+    hw = {n: load_preset("hardware", n) for n in ("a100-80gb", "h100-sxm", "b200", "cpu-core")}
+    assert [generation_efficiency(p, hw[n]) for n in ("a100-80gb", "h100-sxm", "b200", "cpu-core")] == [1.2, 0.9, 0.8, 1.0]
+    assert KERNEL_LEVELS["gpu_generation_efficiency_hopper"] == 1.0 == default_params().gpu_generation_efficiency_hopper

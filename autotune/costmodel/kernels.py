@@ -11,14 +11,20 @@ from .params import CostParams
 
 def gemm_efficiency(M, K, N, ridge: float, p: CostParams, out_weight=1.0):
     """Achieved fraction of peak of an M x K x N GEMM from its arithmetic intensity
-    I = MKN / (MK + KN + MN) FLOP/byte (bf16 operands): e_max I / (I + k ridge), with ridge the
-    GPU's roofline ridge point, peak FLOP/s / HBM B/s (Williams et al. 2009).
+    I = MKN / (MK + KN + MN) FLOP/byte (bf16 operands): e_max I / (I^n + (k ridge)^n)^(1/n), with
+    ridge the GPU's roofline ridge point, peak FLOP/s / HBM B/s (Williams et al. 2009), and n
+    (``gemm_knee_sharpness``) how sharply it bends from the bandwidth-bound to the compute-bound
+    regime (n = 1: the hyperbola e_max I / (I + k ridge); large n: the roofline's corner).
     An fp8 GEMM (``out_weight`` 2) reads 1-byte operands but writes its M x N output in bf16:
     against its doubled peak (ridge x 2) its intensity is 2MKN / (MK + KN + 2MN), so on the bf16
     scale the output counts twice, and small-K shapes gain less from fp8 (the measured H100 fp8
     speed-up over bf16 runs from 1.3x at K = 512 to 1.9x at K >= 2,048, ``data/h100``)."""
     intensity = M * K * N / (M * K + K * N + out_weight * M * N)
-    return p.gemm_efficiency_max * intensity / (intensity + p.gemm_half_intensity_ridge_ratio * ridge)
+    knee = p.gemm_half_intensity_ridge_ratio * ridge
+    n = p.gemm_knee_sharpness
+    if n == 1.0:
+        return p.gemm_efficiency_max * intensity / (intensity + knee)
+    return p.gemm_efficiency_max * intensity / (intensity ** n + knee ** n) ** (1.0 / n)
 
 
 def gemm_time_s(M, K, N, peak_flops: float, ridge: float, p: CostParams, out_weight=1.0):

@@ -13,12 +13,20 @@ class CostParams:
     """Achievable-efficiency curve and communication efficiency.
 
     GEMM efficiency (fraction of dense peak) as a saturating function of the GEMM's arithmetic
-    intensity I (FLOP per byte of operands): ``eff = gemm_efficiency_max * I / (I + k * ridge)``
-    with ridge = peak FLOP/s / HBM B/s of the GPU (the roofline ridge point; Williams et al. 2009).
+    intensity I (FLOP per byte of operands): ``eff = gemm_efficiency_max * I / (I^n + (k *
+    ridge)^n)^(1/n)`` with ridge = peak FLOP/s / HBM B/s of the GPU (the roofline ridge point;
+    Williams et al. 2009), k = gemm_half_intensity_ridge_ratio, n = gemm_knee_sharpness.
     """
 
     gemm_efficiency_max: float = 0.75
     gemm_half_intensity_ridge_ratio: float = 1.0
+    gemm_knee_sharpness: float = 1.0
+    """Exponent n of the GEMM efficiency's knee: ``eff = gemm_efficiency_max * I / (I^n + (k *
+    ridge)^n)^(1/n)`` (``kernels.gemm_efficiency``). 1 is the hyperbola I / (I + k ridge); larger n
+    bends more sharply from bandwidth-bound to compute-bound, towards the roofline min(1, I / (k
+    ridge)) as n grows. Measured on the H100's expert GEMMs (64-4,096 tokens an expert): with n = 1
+    no k fits both ends (the fit held 256-token GEMMs 30-47% too slow and 64-token ones 10-15% too
+    fast)."""
     attention_core_efficiency: float = 0.45
     attention_head_dim_half: float = 0.0
     """Head dimension at which the attention core runs at half ``attention_core_efficiency``:
@@ -50,14 +58,19 @@ class CostParams:
     framework_efficiency_other: float = 1.0
     gpu_generation_efficiency_hopper: float = 1.0
     """Tensor-core throughput a Hopper GPU (SM 9.x) sustains, as a fraction of its datasheet peak,
-    relative to an Ampere-or-older GPU's (the reference, 1.0); it scales the compute peaks, not
-    HBM bandwidth. Cause: the power cap. The H100 SXM measured at 700 W (``data/h100/README.md``,
-    sustained GEMM) runs large GEMMs at 1,335-1,470 MHz of the 1,980 MHz boost clock its datasheet
-    peak assumes, ~0.71 of it; an A100 holds close to its 1,410 MHz boost. One level for both
-    generations (``gemm_efficiency_max`` alone) made A100 runs too slow wherever H100 runs
-    dominated a fit and the reverse. Fitted on the published runs."""
+    relative to the kernel-measured levels (``gemm_efficiency_max``, ``attention_core_efficiency``),
+    which were measured on a Hopper GPU, an H100 SXM at 700 W (``data/h100``): held at 1.0, so the
+    H100 kernels are predicted from the kernel parameters alone, whatever a fit on training runs
+    finds. It scales the compute peaks, not HBM bandwidth."""
+    gpu_generation_efficiency_ampere: float = 1.0
+    """The same for Ampere and older (SM below 9: A100, V100), fitted on the published runs. Cause:
+    the power cap. The H100 SXM measured at 700 W (``data/h100/README.md``, sustained GEMM) runs
+    large GEMMs at 1,335-1,470 MHz of the 1,980 MHz boost clock its datasheet peak assumes, ~0.71
+    of it; an A100 holds close to its 1,410 MHz boost, so it sustains more of its datasheet peak.
+    One level for all generations made A100 runs too slow wherever H100 runs dominated a fit and
+    the reverse."""
     gpu_generation_efficiency_blackwell: float = 1.0
-    """The same for Blackwell (SM 10.x: B200, GB200)."""
+    """The same for Blackwell (SM 10.x: B200, GB200), fitted on the published runs."""
     network_efficiency: float = 0.8
     """Achieved collective bus bandwidth over NIC bandwidth on scale-out tiers (NCCL busbw)."""
     nvlink_efficiency: float = 0.8

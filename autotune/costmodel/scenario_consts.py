@@ -318,14 +318,17 @@ def framework_bucket(framework: str, reduce_bytes: float) -> dict:
 
 
 def generation_efficiency(params: CostParams, gpu) -> float:
-    """Sustained fraction of a GPU's datasheet compute peak relative to Ampere's, by its SM
-    version (CostParams.gpu_generation_efficiency_*): 9.x Hopper, 10 and above Blackwell, below
-    9 (Ampere, Volta, CPU ranks) the reference 1.0."""
+    """Sustained fraction of a GPU's datasheet compute peak relative to the kernel-measured
+    levels (an H100's), by its SM version (CostParams.gpu_generation_efficiency_*): 10 and above
+    Blackwell, 9.x Hopper (1.0: the kernels' own generation), above 0 and below 9 Ampere and
+    older; a CPU rank (compute capability 0, its peak calibrated by ``autotune calibrate``) 1.0."""
     cc = gpu.compute_capability
     if cc >= 10.0:
         return params.gpu_generation_efficiency_blackwell
     if cc >= 9.0:
         return params.gpu_generation_efficiency_hopper
+    if cc > 0.0:
+        return params.gpu_generation_efficiency_ampere
     return 1.0
 
 

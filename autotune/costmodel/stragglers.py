@@ -10,7 +10,7 @@ position ``Phi^-1((n - 0.375) / (n + 0.25))`` gives it within 4.5% at n = 2 (0.5
 exact 0.564), 1.9% at 4, 1.1% at 6, 0.75% at 8 and 0.5% from n = 16 on (1.434 against 1.424 at 8, 3.234
 against 3.248 at 1,024; quadrature in tests/test_stragglers.py). MegaScale (Jiang et al.,
 NSDI'24, section 5) and Llama 3 (section 3.3.4) report such stragglers at scale. sigma is held at
-1% (``validation.fit.STRAGGLER``, where its source and caveats are), not fitted.
+1% (``validation.held.STRAGGLER``, where its source and caveats are), not fitted.
 """
 from __future__ import annotations
 
