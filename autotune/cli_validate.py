@@ -134,15 +134,17 @@ def validate(runs, fit, write_path, loso, jobs, params_file, as_json):
               "(default: the shipped H100 measurements)")
 @click.option("--fit", is_flag=True, help="also fit the kernel parameters on a seeded half of each kind's cases "
               "and score the other half")
+@click.option("--free-knee", is_flag=True, help="with --fit: fit the GEMM knee's sharpness too (held at the "
+              "shipped value otherwise; validation.held.KERNEL_SHAPES says why)")
 @click.option("--json", "as_json", is_flag=True)
-def kernels(data_path, fit, as_json):
+def kernels(data_path, fit, free_knee, as_json):
     """The cost model's kernel terms (GEMM, expert GEMM, attention, memory-bound, whole layers)
     against kernels measured on one H100, per kind."""
     from .kernelcheck import run as run_kernels
     if fit:
         from .extras import require
         require("fit", "--fit", True)
-    data = run_kernels(data_path, fit)
+    data = run_kernels(data_path, fit, free_knee)
 
     def table(title, section):
         click.echo(title)

@@ -31,7 +31,7 @@ from .specs.presets import load_preset
 
 GPU_PRESET = "h100-sxm"
 SWIGLU_MATS = 3.0            # gate, up, down: the measured MLPs and expert blocks are SwiGLU
-FIT_NAMES = ("gemm_efficiency_max", "gemm_half_intensity_ridge_ratio", "gemm_knee_sharpness", "attention_core_efficiency",
+FIT_NAMES = ("gemm_efficiency_max", "gemm_half_intensity_ridge_ratio", "attention_core_efficiency",
              "attention_head_dim_half", "attention_seq_half", "attention_backward_time_ratio",
              "fp8_gemm_speedup_realised")
 FIT_BOUNDS = {"gemm_efficiency_max": (0.3, 1.0), "gemm_half_intensity_ridge_ratio": (1e-3, 5.0),
@@ -240,26 +240,33 @@ def split(cases: list[dict], seed: int = SPLIT_SEED) -> tuple[list[dict], list[d
     return fit, held
 
 
-def fit_kernel_params(cases: list[dict], g: Gpu, start: CostParams) -> CostParams:
+KNEE = "gemm_knee_sharpness"
+"""Fitted only on request (``autotune kernels --fit --free-knee``): the shipped model holds it at
+1 (validation.held.KERNEL_SHAPES)."""
+
+
+def fit_kernel_params(cases: list[dict], g: Gpu, start: CostParams, free_knee: bool = False) -> CostParams:
     """Least squares on log(predicted / measured) over the kernels the fitted parameters govern
-    (GEMMs, expert GEMMs, attention); soft-L1 loss so no single case dominates."""
+    (GEMMs, expert GEMMs, attention); soft-L1 loss so no single case dominates. The GEMM knee's
+    sharpness is held at ``start``'s unless ``free_knee``."""
     from scipy.optimize import least_squares
     used = [r for r in cases if r.get("kind") in ("gemm", "expert_bmm", "expert_grouped_mm_up", "attn_fwd", "attn_fwd_bwd")]
-    lo = np.array([FIT_BOUNDS[n][0] for n in FIT_NAMES])
-    hi = np.array([FIT_BOUNDS[n][1] for n in FIT_NAMES])
+    names = FIT_NAMES + ((KNEE,) if free_knee else ())
+    lo = np.array([FIT_BOUNDS[n][0] for n in names])
+    hi = np.array([FIT_BOUNDS[n][1] for n in names])
 
     def params(x) -> CostParams:
-        return start.with_values(**dict(zip(FIT_NAMES, map(float, x))))
+        return start.with_values(**dict(zip(names, map(float, x))))
 
     def residuals(x):
         p = params(x)
         return np.array([math.log(predict_s(r, g, p) / (_num(r, "ms") * 1e-3)) for r in used])
-    x0 = np.clip([getattr(start, n) for n in FIT_NAMES], lo, hi)
+    x0 = np.clip([getattr(start, n) for n in names], lo, hi)
     res = least_squares(residuals, x0, bounds=(lo, hi), loss="soft_l1", f_scale=0.1)
     return params(res.x)
 
 
-def run(path: str | None = None, fit: bool = False) -> dict:
+def run(path: str | None = None, fit: bool = False, free_knee: bool = False) -> dict:
     g = gpu()
     skipped: list[str] = []
     cases = read_cases(data_dir(path), skipped)
@@ -272,7 +279,7 @@ def run(path: str | None = None, fit: bool = False) -> dict:
            "not_modelled": NOT_MODELLED}
     if fit:
         fit_cases, held = split(cases)
-        p = fit_kernel_params(fit_cases, g, shipped)
-        out["kernel_fit"] = {"params": {n: getattr(p, n) for n in FIT_NAMES}, "fit_cases": len(fit_cases),
+        p = fit_kernel_params(fit_cases, g, shipped, free_knee)
+        out["kernel_fit"] = {"params": {n: getattr(p, n) for n in FIT_NAMES + (KNEE,)}, "fit_cases": len(fit_cases),
                              "held_out_cases": len(held), "by_kind": score(held, p, g)}
     return out

@@ -161,9 +161,12 @@ def megatron_args(scenario, cfg: Config) -> tuple[list[str], list[str]]:
         args.append("--recompute-granularity selective")
         if scenario.workload.recompute_modules != ("core_attn",):
             args.append("--recompute-modules " + " ".join(scenario.workload.recompute_modules))
-    if scenario.workload.offload_modules:
+    if scenario.workload.offload_modules and cfg.recompute != "full":
         args += ["--fine-grained-activation-offloading",
                  "--offload-modules " + " ".join(scenario.workload.offload_modules)]
+    elif scenario.workload.offload_modules:
+        notes.append("offload_modules: nothing to offload under recompute full (each layer keeps its input only); "
+                     "no --offload-modules")
     if cfg.dp_flavour == "zero1":
         args.append("--use-distributed-optimizer")
         if scenario.workload.zero1_param_sync == "broadcast":

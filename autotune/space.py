@@ -121,6 +121,8 @@ class SearchSpace:
                            "even (every building has the same GPU)"),
             "bucket": Rule("dp_bucket_mib", f"0 (the framework default) or at most the model's gradient bytes "
                                             f"({self._grad_mib()} MiB)"),
+            "zero1_group": Rule("dp", f"dp*cp a multiple of workload.zero1_shard_ranks ({s.workload.zero1_shard_ranks}) "
+                                      "under dp_flavour zero1 (InternEvo's optimizer shard groups)"),
         }
 
     def _grad_mib(self) -> int:
@@ -191,6 +193,8 @@ class SearchSpace:
         chn = np.asarray(b["nccl_channels"], dtype=np.int64)
         out["channels"] = (chn < 1) | (chn > 64)
         out["bucket"] = np.asarray(b["dp_bucket_mib"], dtype=np.int64) > self._grad_mib()
+        g = s.workload.zero1_shard_ranks if s.workload.zero1_param_sync == "broadcast" else 0
+        out["zero1_group"] = (fl == DPFlavour.ZERO1) & (g > 0) & ((dp * cp) % max(g, 1) != 0)
         by_speed = np.asarray(b.get("hetero_split", HeteroSplit.EVEN)) == HeteroSplit.BY_SPEED   # absent: even
         out["hetero"] = by_speed & ((not mixed_speeds(s)) | ~np.isin(pl, (Placement.DP_OUT, Placement.PP_OUT)))
         return out

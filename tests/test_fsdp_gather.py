@@ -176,18 +176,36 @@ def _mem(gather, model="gpt3-175b", recompute="full"):
 
 def test_zero3_by_module_holds_its_live_parameters_not_two_layers():
     """GPT-3 175B at tp 1: a unit-granular FSDP holds two layers gathered (2 x 1.81e9 parameters);
-    DeepSpeed's coordinator holds the running module and one prefetched tensor (2 x fc1's 6.04e8)
-    and, under full recomputation, fc2 (6.04e8, reused within 1e9 parameters): 1.81e9 parameters,
-    3.6 GB less in bf16. Without recomputation it keeps 2 x fc1 only."""
+    DeepSpeed's coordinator holds the running fc1 (6.04e8), its prefetch (the 5e7 bucket plus at
+    most one more tensor, fc1-sized) and, under full recomputation, fc2 (6.04e8, reused within
+    1e9 parameters); without recomputation not fc2."""
     h, f = 12288, 49152
     layer = 4 * h * h + 2 * h * f
-    full_saving = 2.0 * (2 * layer - 3 * h * f)
-    assert _mem("unit") - _mem("module") == pytest.approx(full_saving, rel=1e-6)
-    assert _mem("unit") - _mem("parameter") == pytest.approx(full_saving, rel=1e-6)
+    fc = h * f
+    live_full, live_none = 3 * fc + C.ZERO3_PREFETCH_BUCKET_ELEMS, 2 * fc + C.ZERO3_PREFETCH_BUCKET_ELEMS
+    assert _mem("unit") - _mem("module") == pytest.approx(2.0 * (2 * layer - live_full), rel=1e-6)
+    assert _mem("unit") - _mem("parameter") == pytest.approx(2.0 * (2 * layer - live_full), rel=1e-6)
     assert _mem("unit", recompute="none") - _mem("module", recompute="none") == pytest.approx(
-        2.0 * (2 * layer - 2 * h * f), rel=1e-6)
+        2.0 * (2 * layer - live_none), rel=1e-6)
+
+
+def test_a_module_past_the_live_limit_is_not_prefetched_after():
+    """The 530B shape's fc1 at tp 1 (1.68e9 parameters) passes stage3_max_live_parameters (1e9)
+    alone, so nothing is prefetched while it runs: without recomputation the coordinator holds it
+    alone."""
+    from autotune.costmodel.scenario_consts import scenario_consts
+    from autotune.costmodel.zero3 import zero3_live_params
+    from autotune.costmodel.params import default_params
+    scen = _scen("module", "gpt3-175b", "model.hidden=20480", "model.ffn_hidden=81920", "model.n_heads=128",
+                 "model.n_kv_heads=128")
+    k = scenario_consts(scen, default_params())
+    assert zero3_live_params(k, 1.0, False, SCALAR) == pytest.approx(20480 * 81920, rel=1e-12)
+    assert C.ZERO3_MAX_LIVE_PARAMETERS_ELEMS < 20480 * 81920
 
 
 def test_zero3_live_parameters_never_exceed_two_layers():
-    """A small layer (Llama-3 8B) is held whole either way: the two-layer bound binds."""
+    """A small layer (Llama-3 8B) under full recomputation keeps every module within the reuse
+    distance, so the two-layer bound binds; without recomputation it holds fc1 and its prefetch,
+    less than two layers."""
     assert _mem("module", model="llama3-8b") == pytest.approx(_mem("unit", model="llama3-8b"), rel=1e-9)
+    assert _mem("module", model="llama3-8b", recompute="none") < _mem("unit", model="llama3-8b", recompute="none")

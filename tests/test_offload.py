@@ -129,3 +129,45 @@ def test_megatron_launch_flags():
 
 def test_host_link_efficiency_is_a_share():
     assert 0.0 < C.HOST_LINK_EFFICIENCY <= 1.0
+
+
+def test_the_host_link_enters_the_key_once_something_is_offloaded():
+    a = _moe(("expert_fc1",))
+    assert _host_link(a, 1e9).key != a.key
+
+
+def test_mla_modules_recomputed_are_not_offloaded_again():
+    """DeepSeek-V3 (MLA): under selective recomputation with mla_up_proj the up-projected queries,
+    keys and values are not kept, so core_attn has (almost) nothing of them to offload; with
+    layernorm the input norm's output, qkv_linear's input, is not kept either."""
+    cfg = Config(tp=2, pp=8, ep=8, dp=16, pp_schedule="1f1b", micro_batch=1, recompute="selective")
+
+    def mem(off, rc_mods):
+        s = build_scenario("deepseek-v3", "single-building", gpus=256, overrides=[
+            f"workload.recompute_modules={rc_mods}"] + ([f"workload.offload_modules={off}"] if off else []))
+        return evaluate(s, cfg, check=False).memory_per_gpu_bytes
+    plain = mem("", "core_attn") - mem("core_attn", "core_attn")
+    after_up = mem("", "core_attn,mla_up_proj") - mem("core_attn", "core_attn,mla_up_proj")
+    assert plain > 1e9 and 0.0 <= after_up < 0.2 * plain
+    assert mem("", "core_attn,layernorm") == pytest.approx(mem("qkv_linear", "core_attn,layernorm"), rel=1e-12)
+    assert mem("qkv_linear", "core_attn") < mem("", "core_attn")
+
+
+def test_batches_agree_with_one_row_at_a_time():
+    import numpy as np
+    from autotune.configbatch import config_at
+    from autotune.costmodel import evaluate_batch
+    from autotune.space import SearchSpace
+    s = _moe(("core_attn", "attn_proj", "expert_fc1", "moe_act"), gpus=256)
+    batch = SearchSpace(s).sample(300, np.random.default_rng(1))
+    out = evaluate_batch(s, batch, check=False)
+    for i in range(0, 300, 17):
+        one = evaluate(s, config_at(batch, i), check=False)
+        assert out["iteration_time_s"][i] == pytest.approx(one.iteration_time_s, rel=1e-9)
+        assert out["memory_per_gpu_bytes"][i] == pytest.approx(one.memory_per_gpu_bytes, rel=1e-9)
+
+
+def test_no_offload_flags_under_full_recomputation():
+    from autotune.launch import megatron_args
+    args, notes = megatron_args(_moe(("expert_fc1",)), CFG.model_copy(update={"recompute": "full"}))
+    assert not any("offload" in a for a in args) and any("offload_modules" in n for n in notes)

@@ -6,7 +6,7 @@ import json
 import pytest
 import yaml
 
-from autotune.costmodel.params import default_params
+from autotune.costmodel.params import default_params, load_params_file
 
 SCEN = ["--model", "llama3-8b", "--cluster", "metro-2bldg", "--gpus", "64"]
 CFG = ["--config", "tp=8,pp=1"]
@@ -63,3 +63,15 @@ def test_a_calibration_from_before_the_megatron_factor_keeps_megatron_at_one(tmp
     new = tmp_path / "new.yaml"
     new.write_text(yaml.safe_dump({"params": {"gemm_efficiency_max": 0.85, "framework_efficiency_megatron": 0.8}}))
     assert load_params_file(str(new)).framework_efficiency_megatron == 0.8
+
+
+def test_a_calibration_from_before_the_ampere_factor_keeps_ampere_at_one(tmp_path):
+    """Until the sixteenth session Ampere was the reference (1.0) and Hopper fitted: a file that
+    states Hopper's factor or the GEMM level but no Ampere factor keeps Ampere at 1.0."""
+    f = tmp_path / "old.yaml"
+    f.write_text(yaml.safe_dump({"params": {"gemm_efficiency_max": 0.854, "gpu_generation_efficiency_hopper": 0.913}}))
+    p = load_params_file(str(f))
+    assert p.gpu_generation_efficiency_ampere == 1.0 and p.gpu_generation_efficiency_hopper == 0.913
+    g = tmp_path / "new.yaml"
+    g.write_text(yaml.safe_dump({"params": {"gpu_generation_efficiency_ampere": 1.2}}))
+    assert load_params_file(str(g)).gpu_generation_efficiency_ampere == 1.2

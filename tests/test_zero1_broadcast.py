@@ -70,3 +70,32 @@ def test_megatron_launch_notes_the_difference():
     s = build_scenario("llama3-8b", "single-building", gpus=64, overrides=[BCAST])
     _, notes = megatron_args(s, Config(tp=1, pp=1, dp=64, micro_batch=1, dp_flavour="zero1"))
     assert any("InternEvo" in n for n in notes)
+
+
+def test_a_group_that_does_not_divide_the_data_parallel_ranks_is_refused():
+    from autotune.errors import UserInputError
+    s = build_scenario("llama3-8b", "single-building", gpus=64, overrides=[BCAST, "workload.zero1_shard_ranks=12",
+                                                                          "workload.global_batch_seqs=512"])
+    with pytest.raises(UserInputError, match="zero1_shard_ranks"):
+        evaluate(s, Config(tp=1, pp=1, dp=64, micro_batch=2, dp_flavour="zero1"))
+    evaluate(s, Config(tp=1, pp=1, dp=64, micro_batch=2, dp_flavour="ddp"))      # the group binds zero1 only
+
+
+@pytest.mark.parametrize("model, over", [("llama3-8b", ()), ("mixtral-8x7b", ("workload.zero1_shard_ranks=8",))])
+def test_batches_of_mixed_flavours_agree_with_one_row_at_a_time(model, over):
+    """The broadcast term runs on the zero1 rows of a batch only (xp.on_rows): every row of a
+    sampled batch of every flavour matches the scalar evaluation."""
+    import numpy as np
+    from autotune.configbatch import config_at
+    from autotune.costmodel import evaluate_batch
+    from autotune.space import SearchSpace
+    s = build_scenario(model, "single-building", gpus=256, overrides=[BCAST, *over])
+    space = SearchSpace(s)
+    batch = space.sample(400, np.random.default_rng(0))
+    out = evaluate_batch(s, batch, check=False)
+    fl = np.asarray(batch["dp_flavour"])
+    assert (fl == 1).any() and (fl != 1).any()
+    for i in range(0, len(fl), 23):
+        one = evaluate(s, config_at(batch, i), check=False)
+        assert out["iteration_time_s"][i] == pytest.approx(one.iteration_time_s, rel=1e-9)
+        assert out["memory_per_gpu_bytes"][i] == pytest.approx(one.memory_per_gpu_bytes, rel=1e-9)

@@ -161,6 +161,10 @@ ZERO3_PREFETCH_BUCKET_ELEMS = 5e7
 """Parameters DeepSpeed ZeRO-3 (v0.6 and later) gathers in one coalesced all-gather at most:
 stage3_prefetch_bucket_size's default, 50,000,000 elements (runtime/zero/config.py); the module
 being fetched and those prefetched after it share the call (WorkloadSpec.fsdp_gather = module)."""
+ZERO3_MAX_LIVE_PARAMETERS_ELEMS = 1e9
+"""Parameters DeepSpeed ZeRO-3 keeps gathered before its prefetch stops: stage3_max_live_parameters'
+default, 1,000,000,000 elements (runtime/zero/config.py); the coordinator prefetches at most
+min(this - gathered, stage3_prefetch_bucket_size) elements (PartitionedParameterCoordinator.fetch_sub_module)."""
 ZERO3_REDUCE_BUCKET_ELEMS = 5e8
 """Gradient elements per reduce-scatter of DeepSpeed ZeRO-3 (v0.6 and later): reduce_bucket_size's
 default, 500,000,000 (reduce_scatter_coalesced over the bucket)."""

@@ -150,13 +150,21 @@ def offload_bytes(k: ScenarioConsts, rc, tok, tp, ep, Ls, Ls_moe, xp):
     IdentityOp), qkv_linear h, core_attn the queries, keys and values (heads d_qk + the key and value
     widths), attn_proj the attention output (heads d_v), mlp_norm h (an MoE layer's separate pre-MLP
     norm), expert_fc1 h per routed copy (top_k x the busiest rank's load), moe_act fc1's output
-    ((mlp_mats - 1) ffn_e per copy), fused_group_mlp both and fc2's input (ffn_e per copy). Nothing
-    under full recomputation, which keeps only each layer's input."""
+    ((mlp_mats - 1) ffn_e per copy), fused_group_mlp both and fc2's input (ffn_e per copy); less
+    what selective recomputation drops already (on MLA: mla_up_proj's queries, keys and values,
+    layernorm's input-norm output). Nothing under full recomputation, which keeps only each
+    layer's input."""
     off = k.offload
     if not off:
         return 0.0, 0.0
-    attn = (k.h * (k.mla * ("attn_norm" in off) + ("qkv_linear" in off))
-            + (k.q_width + k.kv_width) * ("core_attn" in off) + k.v_out_width * ("attn_proj" in off))
+    # what selective recomputation already drops is not kept, so not offloaded: MLA's up-projected
+    # queries, keys and values (mla_up_proj: core_attn's input) and its input norm's output
+    # (layernorm: qkv_linear's input on an MLA layer)
+    sel = rc == R_SELECTIVE
+    qkv_in = k.h * (1.0 - xp.where(sel, k.mla * ("layernorm" in k.rc_modules), 0.0))
+    core_in = k.q_width + k.kv_width - xp.where(sel, k.mla_up_elems * ("mla_up_proj" in k.rc_modules), 0.0)
+    attn = (k.h * k.mla * ("attn_norm" in off) + qkv_in * ("qkv_linear" in off)
+            + xp.maximum(core_in, 0.0) * ("core_attn" in off) + k.v_out_width * ("attn_proj" in off))
     fused = "fused_group_mlp" in off
     per_copy = (k.h * ("expert_fc1" in off or fused) + (k.mlp_mats - 1.0) * k.ffn_e * ("moe_act" in off or fused)
                 + k.ffn_e * fused)

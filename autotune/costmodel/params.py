@@ -146,8 +146,10 @@ def load_params_file(path: str) -> CostParams:
     or the mapping itself): every key a CostParams field, every value a finite number; fields
     it leaves out keep the shipped calibration's values, except that a file stating the GEMM level
     without ``framework_efficiency_megatron`` (every calibration written before that field, whose
-    GEMM level carried Megatron's overhead) keeps Megatron at 1.0, the reference it was fit with.
-    One-line UserInputError otherwise."""
+    GEMM level carried Megatron's overhead) keeps Megatron at 1.0, the reference it was fit with,
+    and a file stating the GEMM level or Hopper's generation factor without
+    ``gpu_generation_efficiency_ampere`` (every calibration written before the sixteenth session,
+    when Ampere was the reference) keeps Ampere at 1.0. One-line UserInputError otherwise."""
     import math
 
     from ..errors import UserInputError
@@ -169,4 +171,7 @@ def load_params_file(path: str) -> CostParams:
         out[k] = float(v)
     if "gemm_efficiency_max" in out and "framework_efficiency_megatron" not in out:
         out["framework_efficiency_megatron"] = 1.0
+    if ({"gemm_efficiency_max", "gpu_generation_efficiency_hopper"} & set(out)
+            and "gpu_generation_efficiency_ampere" not in out):
+        out["gpu_generation_efficiency_ampere"] = 1.0
     return default_params().with_values(**out)

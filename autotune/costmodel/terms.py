@@ -382,19 +382,20 @@ def zero1_broadcasts(k: ScenarioConsts, p: CostParams, t: Transport, P, n_in, n_
     gathered) with the same g - 1 steps, without PAT (NCCL runs broadcasts on rings only). None
     for a group of one."""
     g = zero1_group_size(k, n_in * n_x, xp)
+    g_in = xp.minimum(g, n_in)
+    g_x = g / g_in
+    bw_g, a_g = ring_tier_of_span(k, stride, g_in, xp)
+    bw_ring = t.goodput_where(g_x > 1.0, k.G_b / g_in, t.ch, t.ch * t.buf)     # every row: t's arrays are
 
-    def bcast(g_, n_in_, stride_, coll_, proto_, bwxa, axa, P_):
-        g_in = xp.minimum(g_, n_in_)
-        g_x = g_ / g_in
-        bw_g, a_g = ring_tier_of_span(k, stride_, g_in, xp)
-        bw_ring = t.goodput_where(g_x > 1.0, k.G_b / g_in, t.ch, t.ch * t.buf)
-        size = P_ * k.weight_bytes / g_ * g_ / xp.maximum(g_ - 1.0, 1.0)
-        one, x1 = collective(KIND_AG, coll_, proto_, size, g_in, g_x, bw_g, a_g, bw_ring, bwxa, axa, t.ch, t.buf,
+    def bcast(g_, g_in_, g_x_, bw_g_, a_g_, bw_ring_, coll_, proto_, bwxa, axa, ch_, buf_, P_):   # full-length
+        size = P_ * k.weight_bytes / xp.maximum(g_ - 1.0, 1.0)       # M g / (g - 1) with M = P wb / g
+        one, x1 = collective(KIND_AG, coll_, proto_, size, g_in_, g_x_, bw_g_, a_g_, bw_ring_, bwxa, axa, ch_, buf_,
                              k.ll128, xp, p.nccl_overhead_scale, axa, 0.0)
         many = xp.where(g_ > 1.0, g_, 0.0)
         return many * one, many * x1
-    t_bc, x_bc = xp.on_rows(rows, bcast, g, n_in, stride + 0.0 * n_in, coll, proto, bw_x_all, ax_all,
-                            P + 0.0 * n_in)
+    full = 0.0 * n_in
+    t_bc, x_bc = xp.on_rows(rows, bcast, g + full, g_in + full, g_x + full, bw_g + full, a_g + full, bw_ring + full,
+                            coll, proto, bw_x_all, ax_all, t.ch + full, t.buf + full, P + full)
     return t_bc, x_bc, g
 
 

@@ -49,17 +49,21 @@ def zero3_refetch_share(k: ScenarioConsts, tp, xp):
 
 def zero3_live_params(k: ScenarioConsts, tp, full_recompute, xp):
     """Parameters per rank that DeepSpeed ZeRO-3 holds gathered at its peak (``fsdp_gather``
-    module or parameter): the module running, plus the prefetch started after its fetch, which
-    stops once it passes ``stage3_prefetch_bucket_size`` (5e7 elements) and so adds at most one
-    more module's tensor: 2 x the largest linear (PartitionedParameterCoordinator.fetch_sub_module,
-    at the DeepSpeed commit read in the fetched repository); under full recomputation the modules
-    it does not release between a layer's recompute forward and its backward (those reused within
-    ``constants.ZERO3_MAX_REUSE_DISTANCE_ELEMS``, the complement of ``zero3_refetch_share``) on top.
-    Never more than the two layers a PyTorch-FSDP-style unit prefetch holds (``memory_per_gpu``).
-    Unit-granular FSDP (``fsdp_gather`` unit) holds two whole layers instead."""
+    module or parameter; PartitionedParameterCoordinator.fetch_sub_module, at the DeepSpeed commit
+    read in the fetched repository): the largest module running, plus what its prefetch gathers
+    after it: tensors until their sum passes min(``stage3_max_live_parameters`` - gathered,
+    ``stage3_prefetch_bucket_size``), so that budget plus at most one more tensor (bounded here by
+    the largest module), and nothing where the running module alone passes the live limit (the
+    530B model's 1.7e9-parameter fc1 at tp 1). Under full recomputation the modules it does not
+    release between a layer's recompute forward and its backward (those reused within
+    ``constants.ZERO3_MAX_REUSE_DISTANCE_ELEMS``, the complement of ``zero3_refetch_share``) come on
+    top, counted whole (an upper bound: one of them may be the module running). Never more than
+    the two layers a unit-granular FSDP prefetch holds (``memory_per_gpu``)."""
     sizes = [n / tp if split else n for n, split in k.layer_modules]
     largest = sizes[0]
     for s in sizes[1:]:
         largest = xp.maximum(largest, s)
+    budget = xp.minimum(C.ZERO3_MAX_LIVE_PARAMETERS_ELEMS - largest, C.ZERO3_PREFETCH_BUCKET_ELEMS)
+    prefetch = xp.where(budget > 0.0, budget + largest, 0.0)
     kept = xp.where(full_recompute, (1.0 - zero3_refetch_share(k, tp, xp)) * sum(sizes), 0.0)
-    return 2.0 * largest + kept
+    return largest + prefetch + kept

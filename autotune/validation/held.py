@@ -17,7 +17,7 @@ levels (framework classes, the Ampere and Blackwell generations, the host): left
 fit drove the GEMM shape to its bound (every GEMM at one efficiency), which the kernels
 contradict. Assumed to hold on A100 and Blackwell as well (no kernel data for them).
 The knee (``gemm_knee_sharpness``) is held at 1, the hyperbola, although the kernels alone
-prefer 2.48 (with ridge ratio 0.819 and level 0.694: expert GEMMs 3.5% / 4.6% and GEMMs 4.1%
+prefer 2.48 (`autotune kernels --fit --free-knee`: with ridge ratio 0.819 and level 0.694, expert GEMMs 3.5% / 4.6% and GEMMs 4.1%
 on the held-out half; at 1 the 256-token expert GEMMs are 20-45% too slow and the 64-token ones
 10-15% too fast). Shipped with 2.48 (sixteenth session, refit on the runs), the MegaScale series
 ranked right (Spearman 0.76 -> 0.97 and -0.67 -> 0.90: its chunked TP-overlap GEMMs got cheaper)
