@@ -236,9 +236,14 @@ def map_recompute_modules(text: str) -> str | None:
     "norm, act", "mlp up_proj") as WorkloadSpec's comma-separated names; None where a name is not
     one the model prices."""
     t = re.sub(r"--recompute-(?:modules|granularity)|selective|[\'\"()\[\]]", " ", (text or "").lower())
-    t = re.sub(r"(?<=[a-z])-(?=[a-z])", "_", t)
-    names = [x for x in re.split(r"[,;+/\s]+|\band\b", t) if x]
-    mods = [_MODULE_SPELLINGS.get(x) for x in names]
+    return _module_names(re.sub(r"(?<=[a-z])-(?=[a-z])", "_", t), _MODULE_SPELLINGS)
+
+
+def _module_names(text: str, spellings: dict) -> str | None:
+    """A cleaned module list (separated by commas, semicolons, plus, slash, spaces or "and") as the
+    canonical names, comma-separated, first mention first; None where a name has no spelling."""
+    names = [x for x in re.split(r"[,;+/\s]+|\band\b", text) if x]
+    mods = [spellings.get(x) for x in names]
     if not mods or None in mods:
         return None
     return ",".join(dict.fromkeys(mods))
@@ -263,12 +268,7 @@ def map_offload_modules(text: str) -> str | None:
         return ""
     t = re.sub(r"--fine-grained-activation-offloading|--offload-modules|fine[- ]grained|activation|"
                r"offload(?:ing|ed)?|\bof\b|\(required\)|[\'\"()\[\]]", " ", t)
-    t = re.sub(r"(?<=[a-z0-9])-(?=[a-z])", "_", t)
-    names = [x for x in re.split(r"[,;+/\s]+|\band\b", t) if x]
-    mods = [_OFFLOAD_SPELLINGS.get(x) for x in names]
-    if not mods or None in mods:
-        return None
-    return ",".join(dict.fromkeys(mods))
+    return _module_names(re.sub(r"(?<=[a-z0-9])-(?=[a-z])", "_", t), _OFFLOAD_SPELLINGS)
 
 
 _FLASH_RULES = [(r"^(?:no|false|off|0|none)\b|\b(?:non|un|not)[ _-]?fused\b|\bno[ _-]?flash|"
