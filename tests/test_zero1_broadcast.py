@@ -1,6 +1,6 @@
 """InternEvo's hybrid ZeRO-1 (WorkloadSpec.zero1_param_sync = broadcast, zero1_shard_ranks):
 gradients all-reduced over every data-parallel rank, then one broadcast per optimizer-shard owner
-to its shard group after the step (terms.zero1_broadcasts)."""
+to its shard group after the step (zero1.zero1_broadcasts)."""
 from __future__ import annotations
 
 import pytest

@@ -17,8 +17,8 @@ from .stragglers import straggler_scale
 from .pipeline import (S_1F1B, S_DUALPIPEV, S_GPIPE, S_INTERLEAVED, S_ZBV, bubble_time, chain_hops,
                        in_flight_microbatches, pipe_memory, paired_share, step_end_exposed, sync_windows)
 from .terms import (F_DDP, F_FSDP, F_HSDP, F_ZERO1, P_CP_OUT, P_DP_OUT, P_EP_OUT, P_HYBRID,  # noqa: F401
-                    P_PP_OUT, Transport, dp_comm_groups, expert_tp, layout, sum_groups,
-                    zero1_group_size)
+                    P_PP_OUT, Transport, dp_comm_groups, expert_tp, layout, sum_groups)
+from .zero1 import zero1_group_size
 from .kernels import memory_bound_time_s
 from .zero3 import zero3_refetch_share
 from .memory import memory_per_gpu, offload_bytes
