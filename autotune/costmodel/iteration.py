@@ -151,8 +151,8 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
     # ---- host floor: the GPU runs a pass no faster than the host launches its kernels ----
     host_f, host_b, host_w = host_launch_time(k, Ls, Ls_dense, Ls_moe, tp, cp, rc, xp)
     # ... nor faster than its offloaded activations cross the host link (WorkloadSpec.offload_modules)
-    host_f, host_b, host_w = offload_floors(k, host_f, host_b, host_w,
-                                            offload_bytes(k, rc, tok, tp, ep, Ls, Ls_moe, xp)[0], xp)
+    offload = offload_bytes(k, rc, tok, tp, ep, Ls, Ls_moe, xp)     # (per micro-batch, one layer's); memory too
+    host_f, host_b, host_w = offload_floors(k, host_f, host_b, host_w, offload[0], xp)
 
     def per_microbatch(with_host=True):
         """(t_f, t_b, t_w, T_comp, T_mb, gap): forward, backward and weight-gradient time of one
@@ -302,7 +302,7 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
     # ---- memory per GPU (bottleneck rank; memory.memory_per_gpu) ----
     infl_mem = in_flight_microbatches(sc, pp, v, m_busiest, xp) if types else infl   # the busiest replica's
     held, fixed = memory_per_gpu(k, fl, rc, rg, owned, P_dense, P_exp, tp, ep, et, tok, Ls, Ls_dense, Ls_moe,
-                                 pipe_memory(sc, pp, v, m_busiest, infl_mem, lay.head_on_first, xp), xp)
+                                 pipe_memory(sc, pp, v, m_busiest, infl_mem, lay.head_on_first, xp), xp, offload)
     if types:          # each GPU type's ranks against their own HBM (hetero.typed_memory)
         memory, deficit = typed_memory(types, hs.memory_types, held, fixed, xp)
     else:

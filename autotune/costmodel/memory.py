@@ -14,7 +14,7 @@ R_NONE, R_SELECTIVE, R_FULL = Recompute.codes()
 
 
 def memory_per_gpu(k: ScenarioConsts, fl, rc, rg, owned, P_dense, P_exp, tp, ep, et, tok, Ls, Ls_dense, Ls_moe,
-                   pm: PipeMemory, xp):
+                   pm: PipeMemory, xp, offload=(0.0, 0.0)):
     """Bytes one GPU holds at its peak (the bottleneck rank), as (held, fixed): their sum is the
     peak; ``held`` (states and activations) scales with the layers a rank holds, ``fixed`` (the
     gather buffer and the reserve) does not (``hetero.typed_memory`` scales it per GPU type):
@@ -57,9 +57,11 @@ def memory_per_gpu(k: ScenarioConsts, fl, rc, rg, owned, P_dense, P_exp, tp, ep,
     gather_buf = xp.where(sharded_all, k.weight_bytes * live, 0.0)
     act_mb, act_layer_full = act_per_microbatch(k, rc, tok, tp, ep, Ls, Ls_dense, Ls_moe, xp)
     full_extra = xp.where(rc == R_FULL, act_layer_full, 0.0)
-    off_mb, off_layer = offload_bytes(k, rc, tok, tp, ep, Ls, Ls_moe, xp)
-    off_mb = xp.minimum(off_mb, act_mb)
-    first = pm.infl * (act_mb - off_mb) + xp.minimum(off_layer, off_mb) + full_extra
+    first = pm.infl * act_mb + full_extra
+    if k.offload:       # offload = offload_bytes(...), computed once by the caller
+        off_mb, off_layer = offload
+        off_mb = xp.minimum(off_mb, act_mb)
+        first = first - pm.infl * off_mb + xp.minimum(off_layer, off_mb)
     if k.eager_acts:
         recv = pm.recv_buffers * k.wire_bytes * tok * k.h / tp
         head = pm.infl_head * act_mb + full_extra + recv + logits_bytes(k, tok, tp, pm.pp, pm.infl_head)

@@ -318,8 +318,7 @@ def dp_comm_groups(k: ScenarioConsts, p: CostParams, batch, xp, t: Transport | N
         c = P * rb / calls
         is_z1 = fl == F_ZERO1
         # InternEvo's zero1 (zero1_param_sync broadcast) all-reduces its gradients as DDP does
-        kind = xp.where(is_ddp | is_z1, float(KIND_AR), float(KIND_AG)) if k.zero1_bcast else \
-            xp.where(is_ddp, float(KIND_AR), float(KIND_AG))
+        kind = xp.where((is_ddp | is_z1) if k.zero1_bcast else is_ddp, float(KIND_AR), float(KIND_AG))
         n_x1 = xp.where(is_hsdp, 1.0, n_x)
         # list collectives copy each rank's entry out of (into) the flat buffer (fsdp_gather = parameter)
         copies = xp.where(is_fsdp, n_in * n_x * C.LIST_COLLECTIVE_COPY_s, 0.0) \

@@ -11,7 +11,9 @@ from .scenario_consts import ScenarioConsts, ring_tier_of_span
 def zero1_group_size(k: ScenarioConsts, n, xp):
     """Data-parallel ranks of one optimizer shard group of a group of n (WorkloadSpec.zero1_shard_ranks,
     0 = all n): the zero1 flavour's shard count."""
-    return xp.where(k.zero1_group > 0, xp.minimum(k.zero1_group, n), n) if k.zero1_bcast else n
+    if not k.zero1_bcast or k.zero1_group <= 0:      # one scenario-wide setting: decided here, not per row
+        return n
+    return xp.minimum(k.zero1_group, n)
 
 
 def zero1_broadcasts(k: ScenarioConsts, p: CostParams, t, P, n_in, n_x, stride, coll, proto,

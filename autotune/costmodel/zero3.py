@@ -30,6 +30,11 @@ def fsdp_calls(k: ScenarioConsts, P, Ls, units, xp):
     return units, units
 
 
+def module_sizes(k: ScenarioConsts, tp) -> list:
+    """A layer's linear modules' parameters per rank, in forward order (a TP-split module holds 1 / tp)."""
+    return [n / tp if split else n for n, split in k.layer_modules]
+
+
 def zero3_refetch_share(k: ScenarioConsts, tp, xp):
     """Share of a layer's parameters ZeRO-3 gathers a second time in the backward under full
     recomputation (``fsdp_gather`` module or parameter, DeepSpeed's coordinator): a module's
@@ -38,7 +43,7 @@ def zero3_refetch_share(k: ScenarioConsts, tp, xp):
     are the modules after it in the forward and the same again in the backward (2 x their
     parameters, per rank: a TP-split module holds 1 / tp). GPT-3 175B at tp 1: QKV, output and fc1
     (2/3 of the layer) come back, fc2 stays; a layer under 5e8 parameters keeps everything."""
-    sizes = [n / tp if split else n for n, split in k.layer_modules]
+    sizes = module_sizes(k, tp)
     total = sum(sizes)
     again, after = 0.0, 0.0
     for size in reversed(sizes):
@@ -59,10 +64,10 @@ def zero3_live_params(k: ScenarioConsts, tp, full_recompute, xp):
     ``constants.ZERO3_MAX_REUSE_DISTANCE_ELEMS``, the complement of ``zero3_refetch_share``) come on
     top, counted whole (an upper bound: one of them may be the module running). Never more than
     the two layers a unit-granular FSDP prefetch holds (``memory_per_gpu``)."""
-    sizes = [n / tp if split else n for n, split in k.layer_modules]
+    sizes = module_sizes(k, tp)
     largest = sizes[0]
-    for s in sizes[1:]:
-        largest = xp.maximum(largest, s)
+    for size in sizes[1:]:
+        largest = xp.maximum(largest, size)
     budget = xp.minimum(C.ZERO3_MAX_LIVE_PARAMETERS_ELEMS - largest, C.ZERO3_PREFETCH_BUCKET_ELEMS)
     prefetch = xp.where(budget > 0.0, budget + largest, 0.0)
     kept = xp.where(full_recompute, (1.0 - zero3_refetch_share(k, tp, xp)) * sum(sizes), 0.0)

@@ -151,10 +151,11 @@ def _zero1_sync(row: dict, assumed: list, flavour: str, n_dp: int) -> tuple[str,
     "zero1=8", "groups of 8 GPUs"; zero1=-1 = all data-parallel ranks) all-reduces gradients and
     broadcasts shards; every other zero1 row reduce-scatters and all-gathers over all of them.
     A group larger than the data-parallel size or not dividing it skips the row."""
+    if flavour != "zero1":
+        return "all_gather", 0
     text = _cell(row, "zero_or_fsdp")
-    m = _ZERO1_GROUP.search(text) if flavour == "zero1" else None
-    intern = "internevo" in _cell(row, "framework").lower()
-    if flavour != "zero1" or not (m or intern):
+    m = _ZERO1_GROUP.search(text)
+    if not (m or "internevo" in _cell(row, "framework").lower()):
         return "all_gather", 0
     group = int(m.group(1) or m.group(2)) if m else 0
     group = 0 if group < 0 else group
