@@ -143,7 +143,7 @@ def test_a_running_trial_whose_heartbeat_stopped_on_another_host_is_failed_as_in
 def test_categorical_codes_have_one_typed_home():
     """Issue 14 item 3: the cost model's, the space's and the configuration's codes are the enums of
     specs/codes.py, in the configuration's order, and the legality rules compare with members only."""
-    from autotune.costmodel import collectives, iteration, nccl, network, pipeline, terms
+    from autotune.costmodel import collectives, dp_step, nccl, network, pipeline, terms
     from autotune.specs import codes
     from autotune.specs.config import CATEGORICAL
     for field, enum in codes.BY_FIELD.items():
@@ -153,7 +153,7 @@ def test_categorical_codes_have_one_typed_home():
                                                                codes.DPFlavour.HSDP)
     # the cost model's hot path holds the codes as plain ints taken from the enums (Code.codes():
     # numpy compares an array with an int directly, with an IntEnum member only after probing its type)
-    hot = [(pipeline.S_1F1B, codes.PPSchedule.ONE_F_ONE_B), (iteration.R_FULL, codes.Recompute.FULL),
+    hot = [(pipeline.S_1F1B, codes.PPSchedule.ONE_F_ONE_B), (dp_step.R_FULL, codes.Recompute.FULL),
            (network.LR_SR, codes.LossRecovery.SR), (nccl.PROTO_LL128, codes.Protocol.LL128),
            (collectives.COLL_HIER, codes.Collective.HIERARCHICAL), (terms.F_HSDP, codes.DPFlavour.HSDP)]
     assert all(type(c) is int and c == member for c, member in hot)

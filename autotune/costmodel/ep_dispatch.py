@@ -1,12 +1,14 @@
 """The expert-parallel dispatch (or combine) of one MoE layer and micro-batch: the all-to-all over
-the EP group, then the experts' TP gather of the routed tokens (``iteration_formulas`` charges it
-four times a layer, six where the backward recomputes the MoE block)."""
+the EP group, then the experts' TP gather of the routed tokens, and the charge of all of a micro-batch's
+dispatches (``ep_terms``: four a layer, six where the backward recomputes the MoE block)."""
 from __future__ import annotations
 
 from typing import NamedTuple
 
 from .collectives import all_to_all_time, dedup_share, expert_tp_gather_time
 from .params import CostParams
+from .pipeline import S_DUALPIPEV, paired_share
+from .recompute import moe_block_rerun
 from .scenario_consts import ScenarioConsts, ep_load, members_per_node, tier_of_span
 
 
@@ -43,3 +45,32 @@ def ep_dispatch(k: ScenarioConsts, p: CostParams, tok, tp, ep, et, x_ep, bw_x_p2
                      all_to_all_time(busy, ep, bw_ep_in, a_ep_in, xp, m_ep, k.nvlink_Bps, ep_nic))
     t_etp = expert_tp_gather_time(busy, et, k.nvlink_Bps, p.nccl_overhead_scale, k.ll128, xp) if k.experts else 0.0
     return EPDispatch(ep_in, a2a_bytes, m_ep, ep_nic, t_a2a, t_etp)
+
+
+class EPTerms(NamedTuple):
+    """Expert parallelism per micro-batch: dispatch and combine of every MoE layer, forward 2 and
+    backward 2 (6 where the backward re-runs the MoE block)."""
+    d: EPDispatch     # one dispatch (or combine)
+    f: object         # forward seconds exposed
+    b: object         # backward seconds exposed
+    passes: object    # all-to-alls per MoE layer and micro-batch
+
+
+def ep_terms(k: ScenarioConsts, p: CostParams, sc, pp, v, m, rc, tok, tp, ep, et, lay, ct, bw_x_p2p, xp) -> EPTerms:
+    """The dispatches (``ep_dispatch``: the all-to-all, then the experts' TP gather) of the rank's
+    MoE layers. DualPipeV pairs one micro-batch's forward with another's backward, each hiding the
+    other's all-to-alls; so does Megatron-Core's EP overlap (WorkloadSpec.ep_comm_overlap) in its
+    paired passes, where it runs at all (pp 1 or interleaved, no re-run of the MoE block:
+    ``pipeline.paired_share``). ``ct``: the layer's kernel times (``terms.ComputeTerms``)."""
+    d = ep_dispatch(k, p, tok, tp, ep, et, lay.x_ep, bw_x_p2p, xp)
+    t_disp = d.t_a2a + d.t_etp
+    moe_rerun = moe_block_rerun(k, rc)
+    paired = xp.where(~moe_rerun & (ep > 1), paired_share(sc, pp, v, m, xp), 0.0) if k.ep_overlap else 0.0
+    hide = xp.where(sc == S_DUALPIPEV, 1.0, paired)
+    layer_f = ct.attn_lin + ct.moe_lin + ct.core
+    Ls_moe = lay.Ls_moe
+    f = Ls_moe * ((1.0 - hide) * 2 * t_disp + hide * xp.maximum(0.0, 2 * t_disp - layer_f))
+    b = Ls_moe * ((1.0 - hide) * 2 * t_disp + hide * xp.maximum(0.0, 2 * t_disp - 2 * layer_f))
+    # recomputing the MoE block (full recomputation, or the moe module) dispatches and combines again
+    b = b + xp.where(moe_rerun, Ls_moe * 2 * t_disp, 0.0)
+    return EPTerms(d, f, b, 4.0 + xp.where(moe_rerun, 2.0, 0.0))
