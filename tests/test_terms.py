@@ -1,0 +1,156 @@
+"""The cost model's named terms, each on its own (costmodel/exchanges.py, ep_dispatch.ep_terms,
+dp_step.py, pipe_time.py, traffic.py): what each must be where its dimension is absent, bounds
+between its fields, and that iteration_formulas reports them unchanged (hypothesis over seeded
+draws of each scenario's legal space)."""
+from functools import lru_cache
+
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from autotune.costmodel.compute_pass import pass_compute
+from autotune.costmodel.dp_step import dp_schedule, optimizer_step
+from autotune.costmodel.ep_dispatch import ep_terms
+from autotune.costmodel.exchanges import cp_terms, p2p_link, tp_terms
+from autotune.costmodel.iteration import evaluate_batch
+from autotune.costmodel.params import default_params
+from autotune.costmodel.pipe_time import pace, pp_links
+from autotune.costmodel.scenario_consts import scenario_consts
+from autotune.costmodel.terms import F_DDP, F_FSDP, Transport, dp_comm_groups, expert_tp, layout, sum_groups
+from autotune.costmodel.traffic import step_bytes
+from autotune.costmodel.xp import NUMPY as xp
+from autotune.space import SearchSpace
+from autotune.specs import build_scenario
+
+CASES = [("llama3-70b", "campus-5bldg"), ("mixtral-8x7b", "metro-2bldg"), ("deepseek-v3", "region-pair"),
+         ("llama3-8b", "single-building"), ("llama4-maverick", "metro-2bldg")]
+SETTINGS = settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@lru_cache(maxsize=None)
+def scenario_of(model, cluster):
+    return build_scenario(model, cluster)
+
+
+def _terms(scen, b):
+    """The terms as iteration_formulas builds them, for rows ``b``."""
+    p = default_params()
+    k = scenario_consts(scen, p)
+    f = xp.asfloat
+    tp, cp, ep, pp, dp = (f(b[x]) for x in ("tp", "cp", "ep", "pp", "dp"))
+    v, mb = f(b["pp_chunks"]), f(b["micro_batch"])
+    fl, sc, rc = b["dp_flavour"], b["pp_schedule"], b["recompute"]
+    m, tok = k.global_batch / (dp * mb), mb * k.seq / cp
+    lay, t = layout(k, b, xp), Transport(k, b, xp)
+    link, et = p2p_link(k, t, xp), expert_tp(b, xp)
+    pc = pass_compute(k, p, b, lay, xp, mb, cp, tp, ep, et, rc)
+    tpt = tp_terms(k, p, rc, tok, tp, lay, pc.lin_f, pc.lin_x, xp)
+    cpt = cp_terms(k, p, tok, tp, cp, lay.x_cp, lay.Ls, pc.ct.core, link, xp)
+    ept = ep_terms(k, p, sc, pp, v, m, rc, tok, tp, ep, et, lay, pc.ct, link.goodput, xp)
+    dps = sum_groups(dp_comm_groups(k, p, b, xp, t, lay))
+    sched = dp_schedule(k, fl, rc, tp, m, lay, dps, xp)
+    pl = pp_links(k, p, t, link, tok, tp, pp, v, sc, lay.b_pp, xp)
+    by = step_bytes(k, fl, m, tp, cp, pp, lay, sched, dps, pl, tpt, cpt, ept, et, xp)
+    return dict(k=k, m=m, tp=tp, cp=cp, ep=ep, pp=pp, dp=dp, fl=fl, lay=lay, pc=pc, tpt=tpt, cpt=cpt, ept=ept,
+                dps=dps, sched=sched, pl=pl, by=by)
+
+
+@SETTINGS
+@given(case=st.sampled_from(CASES), seed=st.integers(0, 2**31))
+def test_each_term_is_zero_without_its_dimension_and_exposes_no_more_than_its_link(case, seed):
+    scen = scenario_of(*case)
+    b = SearchSpace(scen).sample(256, seed=seed)
+    T = _terms(scen, b)
+    tp, cp, ep, pp = T["tp"], T["cp"], T["ep"], T["pp"]
+    tpt, cpt, ept, pl, by = T["tpt"], T["cpt"], T["ept"], T["pl"], T["by"]
+    # TP: nothing at tp 1; the exposed part never above the link time; the backward at least the forward
+    assert (tpt.f_link[tp == 1] == 0).all() and (tpt.b_link[tp == 1] == 0).all()
+    assert (tpt.f <= tpt.f_link * (1 + 1e-12)).all() and (tpt.b <= tpt.b_link * (1 + 1e-12)).all()
+    assert (tpt.b_link >= tpt.f_link).all() and (tpt.rerun >= 0).all()
+    # CP: nothing at cp 1, never negative
+    assert (cpt.f[cp == 1] == 0).all() and (cpt.b[cp == 1] == 0).all()
+    assert (cpt.f >= 0).all() and (cpt.b >= 0).all()
+    # EP: 4 or 6 all-to-alls a MoE layer; nothing on a dense model
+    assert set(np.unique(ept.passes)) <= {4.0, 6.0}
+    if not T["k"].experts:
+        assert (ept.f == 0).all() and (ept.b == 0).all()
+    assert (ept.f >= 0).all() and (ept.b >= 0).all()   # (a paired backward hides more than its forward)
+    # PP: no chain and no link floor at pp 1
+    assert (np.asarray(pl.chain)[pp == 1] == 0).all() and (np.asarray(pl.bw_bound)[pp == 1] == 0).all()
+    assert (np.asarray(pl.xhops) <= np.asarray(pl.hops)).all()
+    # DP: DDP gathers nothing per micro-batch; the shard-group counts are never negative
+    ddp = T["fl"] == F_DDP
+    assert (np.broadcast_to(T["sched"].gather_f_mb, ddp.shape)[ddp] == 0).all()
+    assert (np.asarray(T["sched"].gathers) >= 0).all() and (np.asarray(T["sched"].reduces) >= 0).all()
+    # bytes: nothing crosses buildings in a single-building cluster; never negative anywhere
+    for name, x in by._asdict().items():
+        assert (np.asarray(x) >= 0).all(), name
+    if scen.cluster.n_buildings == 1:
+        assert (np.asarray(by.xb) == 0).all()
+
+
+@SETTINGS
+@given(case=st.sampled_from(CASES), seed=st.integers(0, 2**31))
+def test_iteration_reports_its_terms(case, seed):
+    """The breakdown is the terms times the micro-batches (homogeneous clusters: no share by speed)."""
+    scen = scenario_of(*case)
+    b = SearchSpace(scen).sample(128, seed=seed)
+    T = _terms(scen, b)
+    out = evaluate_batch(scen, b, check=False)
+    m = T["m"]
+    np.testing.assert_allclose(out["tp_comm_s"], m * (T["tpt"].f + T["tpt"].b), rtol=1e-12, atol=0)
+    np.testing.assert_allclose(out["cp_comm_s"], m * (T["cpt"].f + T["cpt"].b), rtol=1e-12, atol=0)
+    np.testing.assert_allclose(out["ep_comm_s"], m * (T["ept"].f + T["ept"].b), rtol=1e-12, atol=0)
+    np.testing.assert_allclose(out["xb_bytes_per_gpu"], T["by"].xb, rtol=1e-12, atol=0)
+    np.testing.assert_allclose(out["nvlink_bytes_per_gpu"], T["by"].nvlink_tp + T["by"].nvlink_etp, rtol=1e-12, atol=0)
+    np.testing.assert_allclose(out["dp_link_s"], T["sched"].grad + T["sched"].param, rtol=1e-12, atol=0)
+    owned, t_opt = optimizer_step(T["k"], T["fl"], T["lay"], T["dp"] * T["cp"], np.maximum(
+        T["dp"] * T["cp"] * T["tp"] / (expert_tp(b, xp) * T["ep"]), 1.0), T["dp"] * T["cp"] / T["lay"].b_dp,
+        np.maximum(T["dp"] * T["cp"] * T["tp"] / (expert_tp(b, xp) * T["ep"]), 1.0) / T["lay"].x_exp, xp)
+    np.testing.assert_allclose(out["optimizer_s"], t_opt, rtol=1e-12, atol=0)
+
+
+def test_pace_overlaps_gathers_only_when_told():
+    """FSDP gathers hide behind the pass they feed with overlap, add to it without."""
+    tf, tb, tw = np.array([1.0, 1.0]), np.array([2.0, 2.0]), np.array([0.5, 0.5])
+    gf, gb = np.array([0.4, 1.5]), np.array([0.4, 3.0])
+    f_on, b_on, tot_on = pace(tf, tb, tw, gf, gb, np.array([True, True]), xp)
+    f_off, b_off, tot_off = pace(tf, tb, tw, gf, gb, np.array([False, False]), xp)
+    assert f_on.tolist() == [1.0, 1.5] and b_on.tolist() == [2.0, 3.0] and tot_on.tolist() == [3.5, 5.0]
+    assert f_off.tolist() == [1.4, 2.5] and b_off.tolist() == [2.4, 5.0] and tot_off.tolist() == [4.3, 8.0]
+
+
+def test_fsdp_every_pass_gathers_twice_a_micro_batch_and_reduces_once():
+    """ZeRO-3 (every_pass): two shard-group all-gathers and one reduce-scatter per micro-batch, none
+    once per step beyond them; DDP none."""
+    scen = scenario_of("llama3-70b", "campus-5bldg")
+    b = SearchSpace(scen).sample(512, seed=3)
+    T = _terms(scen, b)
+    fsdp = (T["fl"] == F_FSDP)
+    assert fsdp.any()
+    s = T["sched"]
+    m = np.broadcast_to(T["m"], fsdp.shape)
+    gathers = np.broadcast_to(np.asarray(s.gathers, float), fsdp.shape)
+    reduces = np.broadcast_to(np.asarray(s.reduces, float), fsdp.shape)
+    assert scen.workload.fsdp_regather == "every_pass" and scen.workload.fsdp_gather == "unit"
+    np.testing.assert_allclose(gathers[fsdp], 2 * m[fsdp])
+    np.testing.assert_allclose(reduces[fsdp], m[fsdp])
+
+
+def test_cp_ring_exposes_its_transfers_beyond_the_attention_they_overlap():
+    """cp - 1 transfers a layer pass: with no attention to hide behind each is exposed whole (K/V
+    forward; K/V and dK/dV backward, plus the step's latency); behind a long attention none is."""
+    scen = scenario_of("llama3-70b", "campus-5bldg")
+    p = default_params()
+    k = scenario_consts(scen, p)
+    b = SearchSpace(scen).sample(512, seed=5)
+    lay, t = layout(k, b, xp), Transport(k, b, xp)
+    link = p2p_link(k, t, xp)
+    tp, cp = xp.asfloat(b["tp"]), xp.asfloat(b["cp"])
+    tok = xp.asfloat(b["micro_batch"]) * k.seq / cp
+    free = cp_terms(k, p, tok, tp, cp, lay.x_cp, lay.Ls, 0.0, link, xp)
+    np.testing.assert_allclose(free.f, lay.Ls * (cp - 1) * (free.kv_bytes / free.bw + free.alpha), rtol=1e-12)
+    np.testing.assert_allclose(free.b, lay.Ls * (cp - 1) * (2 * free.kv_bytes / free.bw + free.alpha), rtol=1e-12)
+    assert (cp > 1).any() and (free.f[cp == 1] == 0).all() and (free.f[cp > 1] > 0).all()
+    hidden = cp_terms(k, p, tok, tp, cp, lay.x_cp, lay.Ls, 1e6, link, xp)
+    assert (hidden.f == 0).all() and (hidden.b == 0).all()
