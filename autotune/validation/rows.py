@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from ..specs.scenario import module_misfit
 from ..specs import Config, Scenario
@@ -74,8 +75,8 @@ def _spec_skip(exc: Exception, row: dict) -> Skip:
     return Skip("impossible row: " + one_line(str(exc).splitlines()[0] if str(exc) else type(exc).__name__, 160))
 
 
-def build_case(i: int, row: dict) -> RunCase:
-    """Turn one CSV row into a scenario + config, or raise Skip with the reason."""
+def _measurement(row: dict) -> tuple[str, float]:
+    """(metric, measured value) of a row; Skip where there is nothing to compare with."""
     metric = _cell(row, "measured_metric")
     if metric not in METRICS:
         raise Skip(f"not one of {', '.join(METRICS)}", "measured_metric", metric)
@@ -88,18 +89,26 @@ def build_case(i: int, row: dict) -> RunCase:
         raise Skip("not a number", "measured_value", raw) from None
     if not math.isfinite(measured) or measured <= 0:
         raise Skip("not a positive finite number", "measured_value", raw)
-    empty = [k for k in ("n_layers", "hidden", "n_heads") if not _cell(row, k)]
-    if empty:
-        raise Skip("model architecture not given (n_layers/hidden/n_heads empty)", empty[0], "")
-    if not any(_cell(row, k) for k in ("tp", "pp", "dp")):
-        raise Skip("parallel configuration not given (tp/pp/dp empty)", "tp", "")
-    gpu = map_gpu(row.get("gpu_type") or "")
-    if gpu is None:
-        raise Skip("matches no hardware preset (A100, H100, H200, H800, B200, GB200)", "gpu_type",
-                   _cell(row, "gpu_type"))
+    return metric, measured
+
+
+class _Arch(NamedTuple):
+    """The row's model: what the rest of the row is checked against, and ModelSpec's fields."""
+    name: str
+    L: int
+    heads: int
+    kv: int
+    seq: int
+    experts: int
+    spec: dict
+
+
+def _architecture(row: dict, i: int, assumed: list) -> _Arch:
+    """The model of a row whose n_layers, hidden and n_heads are given: the unstated fields take
+    their documented defaults (each appended to ``assumed``); Skip where the architecture is
+    impossible (heads, kv heads, top-k) or names an unknown activation or attention."""
     name = _cell(row, "model_name")
     L, h, heads = _int(row, "n_layers"), _int(row, "hidden"), _int(row, "n_heads")
-    assumed: list[str] = []
 
     def stated_or(col, default, why, allow_zero=False):
         if not _cell(row, col):
@@ -145,8 +154,37 @@ def build_case(i: int, row: dict) -> RunCase:
     shared = _shared_experts(row, ffn_e) if experts else 0
     first_dense = _int(row, "first_k_dense", 0, allow_zero=True) if experts else 0
     layer_step = _int(row, "moe_layer_step", 1) if experts else 1
-    framework = _framework(row, assumed)
-    convention = _convention(row, assumed, metric)
+    spec = dict(name=_spec_name(name, i), n_layers=L, hidden=h, ffn_hidden=ffn, n_heads=heads, n_kv_heads=kv,
+                vocab=vocab, seq_len=seq, activation=act, head_dim=head_dim, attention=attention, v_head_dim=v_head,
+                sliding_window=window, sliding_window_layers=n_window, moe_experts=experts, moe_top_k=topk,
+                moe_ffn_hidden=ffn_e, moe_shared_experts=shared, first_k_dense=first_dense,
+                moe_layer_step=layer_step, **mla)
+    return _Arch(name, L, heads, kv, seq, experts, spec)
+
+
+class _Parallel(NamedTuple):
+    """The row's parallel layout and the MoE settings that go with it."""
+    n: int
+    tp: int
+    pp: int
+    cp: int
+    ep: int
+    dp: int
+    etp: int
+    vpp: int
+    mb: int
+    gb: int
+    tp_overlap: bool
+    ep_overlap: bool
+    ep_dedup: bool
+    routing: str
+    capacity: float
+
+
+def _parallelism(row: dict, a: _Arch, assumed: list) -> _Parallel:
+    """The degrees (dp derived from n_gpus where unstated), the overlaps and routing, the
+    micro-batch and the global batch; Skip where they do not multiply out or the model cannot
+    be split so."""
     n = _int(row, "n_gpus")
     tp, pp, cp, ep = _int(row, "tp", 1), _int(row, "pp", 1), _int(row, "cp", 1), _int(row, "ep", 1)
     if n % (tp * pp * cp):
@@ -154,13 +192,14 @@ def build_case(i: int, row: dict) -> RunCase:
     dp = _int(row, "dp", n // (tp * pp * cp))
     if tp * pp * cp * dp != n:
         raise Skip(f"tp*pp*cp*dp = {tp * pp * cp * dp} does not match n_gpus {n}", "dp", _cell(row, "dp"))
-    if heads % tp or kv % tp:
-        raise Skip(f"tp must divide n_heads ({heads}) and n_kv_heads ({kv})", "tp", _cell(row, "tp"))
-    if pp > L:
-        raise Skip(f"more pipeline stages than n_layers ({L})", "pp", _cell(row, "pp"))
-    if (seq // 2) % cp:
-        raise Skip(f"cp must divide seq_len/2 ({seq // 2}): each rank holds two sequence chunks", "cp",
+    if a.heads % tp or a.kv % tp:
+        raise Skip(f"tp must divide n_heads ({a.heads}) and n_kv_heads ({a.kv})", "tp", _cell(row, "tp"))
+    if pp > a.L:
+        raise Skip(f"more pipeline stages than n_layers ({a.L})", "pp", _cell(row, "pp"))
+    if (a.seq // 2) % cp:
+        raise Skip(f"cp must divide seq_len/2 ({a.seq // 2}): each rank holds two sequence chunks", "cp",
                    _cell(row, "cp"))
+    experts = a.experts
     if ep > 1 and not experts:
         raise Skip("expert parallelism on a dense model (moe_experts empty or 0)", "ep", _cell(row, "ep"))
     etp = _int(row, "etp", 0, allow_zero=True)
@@ -185,6 +224,13 @@ def build_case(i: int, row: dict) -> RunCase:
     if gb % (dp * mb):
         raise Skip(f"global batch {gb} is not a multiple of dp*micro_batch = {dp * mb}", "global_batch_seqs",
                    _cell(row, "global_batch_seqs"))
+    return _Parallel(n, tp, pp, cp, ep, dp, etp, vpp, mb, gb, tp_overlap, ep_overlap, ep_dedup, routing, capacity)
+
+
+def _precision_and_hardware(row: dict, gpu: str, n: int, tp: int, assumed: list):
+    """(precision, HardwareSpec) of the row: the GPU preset with what the row states of it
+    (``row_fields._hardware``), its NVLink domain cut to the part of a rack-scale domain the job
+    fills; Skip where TP leaves one domain or the job fills no whole number of them."""
     precision = _cell(row, "precision").lower() or "bf16"
     if precision not in ("bf16", "fp16", "fp8"):
         raise Skip("not bf16/fp16/fp8", "precision", _cell(row, "precision"))
@@ -206,6 +252,32 @@ def build_case(i: int, row: dict) -> RunCase:
     if n > dom and n % dom:
         raise Skip(f"more than one {gpu} NVLink domain ({dom} GPUs) but not a whole number of them", "n_gpus",
                    _cell(row, "n_gpus"))
+    return precision, hw
+
+
+def build_case(i: int, row: dict) -> RunCase:
+    """Turn one CSV row into a scenario + config, or raise Skip with the reason: the measurement,
+    the architecture, the framework and FLOP convention, the parallel layout, precision and
+    hardware, then the schedule, DP flavour and recomputation, in that order (the first problem
+    found is the one reported; the assumptions are listed in the same order)."""
+    metric, measured = _measurement(row)
+    empty = [k for k in ("n_layers", "hidden", "n_heads") if not _cell(row, k)]
+    if empty:
+        raise Skip("model architecture not given (n_layers/hidden/n_heads empty)", empty[0], "")
+    if not any(_cell(row, k) for k in ("tp", "pp", "dp")):
+        raise Skip("parallel configuration not given (tp/pp/dp empty)", "tp", "")
+    gpu = map_gpu(row.get("gpu_type") or "")
+    if gpu is None:
+        raise Skip("matches no hardware preset (A100, H100, H200, H800, B200, GB200)", "gpu_type",
+                   _cell(row, "gpu_type"))
+    assumed: list[str] = []
+    a = _architecture(row, i, assumed)
+    name, L = a.name, a.L
+    framework = _framework(row, assumed)
+    convention = _convention(row, assumed, metric)
+    par = _parallelism(row, a, assumed)
+    n, tp, pp, cp, ep, dp, etp, vpp, mb, gb = par[:10]
+    precision, hw = _precision_and_hardware(row, gpu, n, tp, assumed)
     sched_text = _cell(row, "pipeline_schedule")
     if pp > 1 and schedule_stated(sched_text) and vpp <= 1 and _match_schedule(sched_text) is None:
         raise Skip("names no known schedule (1F1B, interleaved, ZB-1p, ZB-2p, ZB-V, GPipe, DualPipe)",
@@ -239,12 +311,7 @@ def build_case(i: int, row: dict) -> RunCase:
         raise Skip(f"pp*vpp = {pp * vpp} model chunks for {L} layers (at most n_layers + 2: embedding and "
                    "head may take a chunk each)", "vpp", _cell(row, "vpp"))
     try:
-        model = ModelSpec(name=_spec_name(name, i), n_layers=L, hidden=h, ffn_hidden=ffn, n_heads=heads,
-                          n_kv_heads=kv, vocab=vocab, seq_len=seq, activation=act, head_dim=head_dim,
-                          attention=attention, v_head_dim=v_head, sliding_window=window,
-                          sliding_window_layers=n_window, moe_experts=experts, moe_top_k=topk,
-                          moe_ffn_hidden=ffn_e, moe_shared_experts=shared, first_k_dense=first_dense,
-                          moe_layer_step=layer_step, **mla)
+        model = ModelSpec(**a.spec)
         misfit = module_misfit(modules.split(","), model) if modules else ""
         if misfit:
             raise Skip(misfit, "recompute_modules", _cell(row, "recompute_modules"))
@@ -265,11 +332,12 @@ def build_case(i: int, row: dict) -> RunCase:
         zero2 = flavour == "zero2" and dp * cp > 1        # ZeRO-2 shards over data-parallel ranks only
         if flavour == "zero2":
             flavour = "zero1"
-        scen = Scenario(model=model, workload=WorkloadSpec(global_batch_seqs=gb, seq_len=seq, precision=precision,
+        scen = Scenario(model=model, workload=WorkloadSpec(global_batch_seqs=gb, seq_len=a.seq, precision=precision,
                                                            flash_attention=flash, framework=framework,
-                                                           tp_comm_overlap=tp_overlap, ep_comm_overlap=ep_overlap,
-                                                           ep_token_dedup=ep_dedup,
-                                                           moe_routing=routing, moe_capacity_factor=capacity,
+                                                           tp_comm_overlap=par.tp_overlap,
+                                                           ep_comm_overlap=par.ep_overlap,
+                                                           ep_token_dedup=par.ep_dedup,
+                                                           moe_routing=par.routing, moe_capacity_factor=par.capacity,
                                                            optimizer_post_validation=post_validation,
                                                            fsdp_regather=regather, shard_gradients=zero2,
                                                            fsdp_gather=gather, zero1_param_sync=z1_sync,
@@ -291,7 +359,7 @@ def build_case(i: int, row: dict) -> RunCase:
         flavour = "ddp"
     elif reduce_dtype is None and precision != "fp32":
         w = scen.workload
-        assumed.append(f"grad_reduce_dtype="
+        assumed.append("grad_reduce_dtype="
                        + (w.resolved_fsdp_grad_reduce_dtype if flavour in ("fsdp", "hsdp") else w.resolved_grad_reduce_dtype)
                        + f" (not stated; the {framework} class's own)")
     if not rec and any(k in (row.get("source") or "").lower() for k in ALWAYS_RECOMPUTE_SOURCES):
