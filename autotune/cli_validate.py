@@ -130,21 +130,24 @@ def validate(runs, fit, write_path, loso, jobs, params_file, as_json):
 
 
 @click.command()
-@click.option("--data", "data_path", default=None, help="folder with gpu_kernels.csv and gpu_layers.csv "
-              "(default: the shipped H100 measurements)")
+@click.option("--data", "data_path", default=None, help="folder with gpu_kernels.csv and gpu_layers.csv, or "
+              "a shipped one: h100 (the default) or h200")
 @click.option("--fit", is_flag=True, help="also fit the kernel parameters on a seeded half of each kind's cases "
               "and score the other half")
 @click.option("--free-knee", is_flag=True, help="with --fit: fit the GEMM knee's sharpness too (held at the "
               "shipped value otherwise; validation.held.KERNEL_SHAPES says why)")
+@click.option("--gpu", "gpu_preset", default=None, help="hardware preset the measurements ran on (default: the "
+              "GPU named in the folder's gpu_info.txt, else h100-sxm)")
 @click.option("--json", "as_json", is_flag=True)
-def kernels(data_path, fit, free_knee, as_json):
+def kernels(data_path, fit, free_knee, gpu_preset, as_json):
     """The cost model's kernel terms (GEMM, expert GEMM, attention, memory-bound, whole layers)
-    against kernels measured on one H100, per kind."""
+    against kernels measured on one GPU, per kind: the shipped H100 measurements by default, or
+    another folder (the shipped H200 ones, never fit on: --data h200)."""
     from .kernelcheck import run as run_kernels
     if fit:
         from .extras import require
         require("fit", "--fit", True)
-    data = run_kernels(data_path, fit, free_knee)
+    data = run_kernels(data_path, fit, free_knee, gpu_preset)
 
     def table(title, section):
         click.echo(title)

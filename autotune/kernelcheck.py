@@ -68,17 +68,36 @@ class Gpu:
         return self.bf16(p)
 
 
-def gpu() -> Gpu:
-    g = load_preset("hardware", GPU_PRESET)
+def gpu(preset: str = GPU_PRESET) -> Gpu:
+    g = load_preset("hardware", preset)
     return Gpu(g.peak_flops_bf16, g.peak_flops_fp8, g.hbm_bandwidth_Bps, g.compute_capability)
 
 
+def gpu_preset_of(folder, preset: str | None) -> str:
+    """The hardware preset the measurements are scored against: ``preset`` where given (``--gpu``),
+    else the GPU named in the folder's gpu_info.txt (the measuring scripts write it), else the H100."""
+    if preset:
+        return preset
+    f = folder.joinpath("gpu_info.txt") if hasattr(folder, "joinpath") else Path(folder) / "gpu_info.txt"
+    try:
+        text = f.read_text()
+    except OSError:
+        return GPU_PRESET
+    from .validation.columns import map_gpu
+    return map_gpu(text) or GPU_PRESET
+
+
+SHIPPED_DATA = ("h100", "h200")
+"""Measurement folders shipped in ``autotune/data`` (``--data h200`` names one)."""
+
+
 def data_dir(path: str | None = None):
-    if path is None:
-        return resources.files("autotune.data").joinpath("h100")
+    if path is None or (path in SHIPPED_DATA and not Path(path).is_dir()):
+        return resources.files("autotune.data").joinpath(path or "h100")
     d = Path(path)
     if not d.is_dir():
-        raise UserInputError("--data", path, "a folder holding gpu_kernels.csv and gpu_layers.csv")
+        raise UserInputError("--data", path, "a folder holding gpu_kernels.csv and gpu_layers.csv, or a shipped "
+                             "one: " + ", ".join(SHIPPED_DATA))
     return d
 
 
@@ -94,16 +113,22 @@ def _num(row: dict, col: str) -> float:
     return v
 
 
-def read_cases(folder, skipped: list[str] | None = None) -> list[dict]:
+CHUNKS_FILE = "gpu_gemm_chunks.csv"
+"""Dense GEMMs at M = 128-8,192 and the tp chunks of TP comm overlap (experiments/h100/gpu_gemm_chunks.py)."""
+
+
+def read_cases(folder, skipped: list[str] | None = None, g: Gpu | None = None) -> list[dict]:
     """Kernel and layer cases, each with ``kind``, ``ms`` measured and its shape columns. A row
     the model cannot be scored on (a missing or unparseable number, a zero shape) is left out,
     with a one-line reason appended to ``skipped``; kinds the model has no term for are kept."""
     cases = []
-    for name, layer in (("gpu_kernels.csv", False), ("gpu_layers.csv", True)):
+    for name, layer in (("gpu_kernels.csv", False), ("gpu_layers.csv", True), (CHUNKS_FILE, False)):
         f = folder.joinpath(name) if hasattr(folder, "joinpath") else Path(folder) / name
         try:
             text = f.read_text()
         except OSError as exc:
+            if name == CHUNKS_FILE:        # optional: only folders measured with gpu_gemm_chunks.py have it
+                continue
             raise UserInputError("--data", str(f), f"a readable {name} ({exc.strerror})") from None
         for i, row in enumerate(csv.DictReader(text.splitlines()), start=2):
             if row.get("error"):
@@ -113,7 +138,7 @@ def read_cases(folder, skipped: list[str] | None = None) -> list[dict]:
                     cases.append(dict(row, kind=kind, ms=row.get(col), dtype="bf16", line=f"{name}:{i}"))
             else:
                 cases.append(dict(row, line=f"{name}:{i}"))
-    g, p = gpu(), default_params()
+    g, p = g or gpu(), default_params()
     good = []
     for r in cases:
         try:
@@ -155,6 +180,10 @@ def predict_s(r: dict, g: Gpu, p: CostParams) -> float | None:
     if kind == "gemm":
         return gemm_time_s(_num(r, "M"), _num(r, "K"), _num(r, "N"), g.peak_lin(r.get("dtype"), p), g.ridge, p,
                            2.0 if r.get("dtype") == "fp8" else 1.0)
+    if kind == "gemm_chunks":
+        # TP comm overlap's split (terms.compute_terms, attn_lin_split): chunks GEMMs of M / chunks rows
+        c = _num(r, "chunks")
+        return c * gemm_time_s(_num(r, "M") / c, _num(r, "K"), _num(r, "N"), g.peak_lin(r.get("dtype"), p), g.ridge, p)
     if kind == "expert_bmm":
         return expert_block_time_s(_num(r, "T"), _num(r, "K"), _num(r, "N"), SWIGLU_MATS, _num(r, "E"),
                                    g.bf16(p), g.ridge, p)
@@ -266,15 +295,20 @@ def fit_kernel_params(cases: list[dict], g: Gpu, start: CostParams, free_knee: b
     return params(res.x)
 
 
-def run(path: str | None = None, fit: bool = False, free_knee: bool = False) -> dict:
-    g = gpu()
+def run(path: str | None = None, fit: bool = False, free_knee: bool = False, preset: str | None = None) -> dict:
+    folder = data_dir(path)
+    name = gpu_preset_of(folder, preset)
+    from .specs.presets import preset_names
+    if name not in preset_names("hardware"):
+        raise UserInputError("--gpu", name, "a hardware preset: " + ", ".join(preset_names("hardware")))
+    g = gpu(name)
     skipped: list[str] = []
-    cases = read_cases(data_dir(path), skipped)
+    cases = read_cases(folder, skipped, g)
     if not any(predict_s(r, g, default_params()) is not None for r in cases):
         raise UserInputError("--data", path, "a gpu_kernels.csv / gpu_layers.csv with at least one scoreable case"
                              + (f" (skipped: {skipped[0]}{' ...' if len(skipped) > 1 else ''})" if skipped else ""))
     shipped = default_params()
-    out = {"gpu": GPU_PRESET, "cases": len(cases), "skipped": skipped,
+    out = {"gpu": name, "cases": len(cases), "skipped": skipped,
            "shipped": {"params": shipped.to_dict(), "by_kind": score(cases, shipped, g)},
            "not_modelled": NOT_MODELLED}
     if fit:

@@ -112,3 +112,53 @@ def test_generations_relative_to_the_kernels_hopper():
     hw = {n: load_preset("hardware", n) for n in ("a100-80gb", "h100-sxm", "b200", "cpu-core")}
     assert [generation_efficiency(p, hw[n]) for n in ("a100-80gb", "h100-sxm", "b200", "cpu-core")] == [1.2, 0.9, 0.8, 1.0]
     assert KERNEL_LEVELS["gpu_generation_efficiency_hopper"] == 1.0 == default_params().gpu_generation_efficiency_hopper
+
+
+def test_h200_measurements_are_scored_on_the_h200_preset_within_the_kernel_targets(run_cli):
+    """The shipped H200 folder (a second device, never fit on) names its GPU in gpu_info.txt: it is
+    scored with the H200's peak and bandwidth, chunked GEMMs included, within the issue's targets."""
+    r = run_cli("kernels", "--data", "h200", "--json")
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert d["gpu"] == "h200" and d["skipped"] == [] and d["cases"] >= 970
+    k = d["shipped"]["by_kind"]
+    for kind in ("attn_fwd", "attn_fwd_bwd", "gemm_bf16", "gemm_fp8", "gemm_chunks"):
+        assert k[kind]["median_abs_err_pct"] <= 10.0, (kind, k[kind])
+    for kind in ("expert_bmm", "expert_grouped_mm_up", "layer_fwd", "layer_fwd_bwd"):
+        assert k[kind]["median_abs_err_pct"] <= 15.0, (kind, k[kind])
+
+
+def test_chunked_gemm_is_charged_as_its_chunks_and_the_gpu_comes_from_the_folder(tmp_path):
+    """gemm_chunks: ``chunks`` GEMMs of M / chunks rows (TP comm overlap's split); a folder's
+    gpu_info.txt names the preset, --gpu overrides it, an unknown one is refused in one line."""
+    from autotune.errors import UserInputError
+    from autotune.kernelcheck import gpu_preset_of
+    g, p = gpu("h200"), default_params()
+    row = {"kind": "gemm_chunks", "dtype": "bf16", "M": "4096", "K": "20480", "N": "7680", "chunks": "8", "ms": "1"}
+    assert predict_s(row, g, p) == 8 * gemm_time_s(512.0, 20480.0, 7680.0, g.bf16(p), g.ridge, p)
+    assert gpu("h200").ridge < gpu().ridge                       # more HBM bandwidth, same peak
+    (tmp_path / "gpu_kernels.csv").write_text("dtype,kind,M,K,N,ms\nbf16,gemm,2048,2048,2048,0.05\n")
+    (tmp_path / "gpu_layers.csv").write_text("case,seq\n")
+    assert gpu_preset_of(tmp_path, None) == "h100-sxm"
+    (tmp_path / "gpu_info.txt").write_text("{'device': 'NVIDIA H200', 'sms': 132}\n")
+    assert gpu_preset_of(tmp_path, None) == "h200" and gpu_preset_of(tmp_path, "b200") == "b200"
+    assert run(str(tmp_path))["gpu"] == "h200"
+    with pytest.raises(UserInputError, match="--gpu"):
+        run(str(tmp_path), preset="h300")
+
+
+def test_chunk_script_smoke_run_is_scoreable(tmp_path):
+    """experiments/h100/gpu_gemm_chunks.py --smoke (tiny shapes on a CPU) writes a file that
+    ``autotune kernels`` reads: both kinds, each with a prediction."""
+    import subprocess
+    import sys
+    from pathlib import Path
+    script = Path(__file__).resolve().parents[1] / "experiments" / "h100" / "gpu_gemm_chunks.py"
+    r = subprocess.run([sys.executable, str(script), str(tmp_path), "--smoke"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    (tmp_path / "gpu_kernels.csv").write_text("dtype,kind,M,K,N,ms\n")
+    (tmp_path / "gpu_layers.csv").write_text("case,seq\n")
+    skipped: list = []
+    cases = read_cases(tmp_path, skipped)
+    assert skipped == [] and {c["kind"] for c in cases} == {"gemm", "gemm_chunks"}
+    assert all(predict_s(c, gpu(), default_params()) > 0 for c in cases)
