@@ -16,6 +16,7 @@ scores it beside that folder's gpu_kernels.csv and gpu_layers.csv.
 import csv, os, sys, time
 
 import torch
+from timing import timeit as _timeit
 
 OUT = sys.argv[1]
 SMOKE = "--smoke" in sys.argv
@@ -36,20 +37,8 @@ if SMOKE:
 
 
 def timeit(fn):
-    """Warm up, then time a batch of calls of about 20 ms with CUDA events (ms per call)."""
-    if SMOKE:
-        fn(); t = time.perf_counter(); fn(); return (time.perf_counter() - t) * 1e3
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    s.record(); fn(); e.record(); torch.cuda.synchronize()
-    n = max(3, min(200, int(20.0 / max(s.elapsed_time(e), 1e-3))))
-    s.record()
-    for _ in range(n):
-        fn()
-    e.record(); torch.cuda.synchronize()
-    return s.elapsed_time(e) / n
+    """Milliseconds per call (timing.timeit: warm up, then about 20 ms of calls under CUDA events)."""
+    return _timeit(fn, SMOKE)
 
 
 def add(kind, ms, M, K, N, **extra):
