@@ -1,14 +1,16 @@
-"""``autotune kernels``: the cost model's kernel terms against kernels measured on one H100.
+"""``autotune kernels``: the cost model's kernel terms against kernels measured on one GPU.
 
-The data (``autotune/data/h100``, see its README) are single-GPU timings of the kernels a
+The data (``autotune/data/h100``, see its README; ``autotune/data/h200``, the same scripts on an
+H200, never fit on, with TP comm overlap's chunked GEMMs) are single-GPU timings of the kernels a
 training step is made of: dense GEMMs at TP-sharded layer shapes (bf16 and fp8), small-expert
 batched and grouped GEMMs, causal attention forward and backward, memory-bound passes, and
 whole eager-PyTorch layers. Each measured case is predicted with the very functions
 ``iteration_formulas`` uses (``costmodel.kernels``), so an error here is an error of the model.
 
 Two parameter sets are scored: the shipped calibration (fit on published training runs, with the
-GEMM level and shapes held at these kernels' and framework overheads in the framework factors,
-which the kernels here do not carry; the attention level is still fitted on the runs), and ``--fit``: the kernel parameters fit
+GEMM and attention levels and shapes held at the H100 kernels' (``validation.held``; Hopper's
+generation factor 1.0) and framework overheads in the framework factors, which the kernels here
+do not carry), and ``--fit``: the kernel parameters fit
 on a seeded half of the measured shapes and scored on the other half only (``split``). For the
 memory-bound kinds the "prediction" is the measured bytes at the HBM rate the model charges, so
 their error is the measured rate over that rate; the model's bytes per token are not tested.
@@ -27,6 +29,7 @@ from .costmodel import constants as C
 from .costmodel.kernels import attention_core_fwd_time_s, expert_block_time_s, gemm_time_s, memory_bound_time_s
 from .costmodel.params import CostParams, default_params
 from .errors import UserInputError
+from .validation.columns import one_line
 from .specs.presets import load_preset
 
 GPU_PRESET = "h100-sxm"
@@ -81,10 +84,17 @@ def gpu_preset_of(folder, preset: str | None) -> str:
     f = folder.joinpath("gpu_info.txt") if hasattr(folder, "joinpath") else Path(folder) / "gpu_info.txt"
     try:
         text = f.read_text()
-    except OSError:
+    except FileNotFoundError:
         return GPU_PRESET
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UserInputError("--data", str(f), "a readable UTF-8 gpu_info.txt naming the GPU, or --gpu PRESET "
+                             f"({getattr(exc, 'strerror', None) or type(exc).__name__})") from None
     from .validation.columns import map_gpu
-    return map_gpu(text) or GPU_PRESET
+    name = map_gpu(text)
+    if name is None:     # never score another GPU's measurements against the H100 unasked
+        raise UserInputError("--gpu", "(not given)", f"a hardware preset: {f.name} names no known GPU "
+                             f"({one_line(text, 60)!r}); name its preset with --gpu")
+    return name
 
 
 SHIPPED_DATA = ("h100", "h200")
@@ -92,7 +102,9 @@ SHIPPED_DATA = ("h100", "h200")
 
 
 def data_dir(path: str | None = None):
-    if path is None or (path in SHIPPED_DATA and not Path(path).is_dir()):
+    """The measurements' folder: a shipped one by its name (``h100``, the default, or ``h200``:
+    the name wins over a local folder of that name, which ``./h200`` reaches), else a path."""
+    if path is None or path in SHIPPED_DATA:
         return resources.files("autotune.data").joinpath(path or "h100")
     d = Path(path)
     if not d.is_dir():
@@ -126,10 +138,13 @@ def read_cases(folder, skipped: list[str] | None = None, g: Gpu | None = None) -
         f = folder.joinpath(name) if hasattr(folder, "joinpath") else Path(folder) / name
         try:
             text = f.read_text()
-        except OSError as exc:
+        except FileNotFoundError as exc:
             if name == CHUNKS_FILE:        # optional: only folders measured with gpu_gemm_chunks.py have it
                 continue
             raise UserInputError("--data", str(f), f"a readable {name} ({exc.strerror})") from None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise UserInputError("--data", str(f), f"a readable UTF-8 {name} "
+                                 f"({getattr(exc, 'strerror', None) or type(exc).__name__})") from None
         for i, row in enumerate(csv.DictReader(text.splitlines()), start=2):
             if row.get("error"):
                 continue
@@ -183,7 +198,10 @@ def predict_s(r: dict, g: Gpu, p: CostParams) -> float | None:
     if kind == "gemm_chunks":
         # TP comm overlap's split (terms.compute_terms, attn_lin_split): chunks GEMMs of M / chunks rows
         c = _num(r, "chunks")
-        return c * gemm_time_s(_num(r, "M") / c, _num(r, "K"), _num(r, "N"), g.peak_lin(r.get("dtype"), p), g.ridge, p)
+        if c < 1 or c != int(c):
+            raise ValueError(f"column chunks: got {r.get('chunks')!r}; allowed: a whole number >= 1")
+        return c * gemm_time_s(_num(r, "M") / c, _num(r, "K"), _num(r, "N"), g.peak_lin(r.get("dtype"), p), g.ridge, p,
+                               2.0 if r.get("dtype") == "fp8" else 1.0)
     if kind == "expert_bmm":
         return expert_block_time_s(_num(r, "T"), _num(r, "K"), _num(r, "N"), SWIGLU_MATS, _num(r, "E"),
                                    g.bf16(p), g.ridge, p)
@@ -216,7 +234,11 @@ def predict_s(r: dict, g: Gpu, p: CostParams) -> float | None:
 
 def kind_of(r: dict) -> str:
     """The reporting kind: GEMMs split by data type (fp8 runs at its own realised peak)."""
-    return f"gemm_{r.get('dtype') or 'bf16'}" if r.get("kind") == "gemm" else str(r.get("kind"))
+    if r.get("kind") == "gemm":
+        return f"gemm_{r.get('dtype') or 'bf16'}"
+    if r.get("kind") == "gemm_chunks" and (r.get("dtype") or "bf16") != "bf16":
+        return f"gemm_chunks_{r.get('dtype')}"
+    return str(r.get("kind"))
 
 
 def _stats(errs: list[float]) -> dict:
@@ -243,7 +265,8 @@ def shape_group(r: dict) -> tuple:
     forward and forward+backward, a layer's forward and forward+backward. They go to the same side
     of the split, so no held-out case has its shape in the fit."""
     kind = r.get("kind")
-    cols = {"gemm": ("dtype", "M", "K", "N"), "expert_bmm": ("E", "T", "K", "N"),
+    cols = {"gemm": ("dtype", "M", "K", "N"), "gemm_chunks": ("dtype", "M", "K", "N", "chunks"),
+            "expert_bmm": ("E", "T", "K", "N"),
             "expert_grouped_mm_up": ("E", "T", "K", "N"), "attn_fwd": ("B", "S", "heads", "kv_heads", "head_dim"),
             "attn_fwd_bwd": ("B", "S", "heads", "kv_heads", "head_dim"), "layer_fwd": ("case", "seq"),
             "layer_fwd_bwd": ("case", "seq")}.get(kind, ("kind", "tokens", "K", "topk"))

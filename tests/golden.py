@@ -23,7 +23,7 @@ GOLDEN_FILE = Path(__file__).parent / "golden" / "costmodel.json"
 ROWS_PER_SCENARIO = 24
 DRAW_SEED = 20261126
 
-# (model, cluster, overrides): presets, two heterogeneous clusters (the second with work shared by speed), fp8 and fp32 workloads,
+# (model, cluster, overrides): presets, heterogeneous clusters (work shared by speed; one under TP overlap), fp8 and fp32 workloads,
 # one regather policy per FSDP variant, a lossy long link
 SCENARIOS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("llama3-405b", "campus-5bldg", ()),
@@ -38,6 +38,9 @@ SCENARIOS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("llama3-70b", "llama3-24k", ("workload.precision=fp8",)),
     ("llama-mini", "local-2bldg", ("workload.global_batch_seqs=8", "workload.seq_len=64", "workload.precision=fp32",
                                     "workload.fsdp_regather=forward")),
+    # a mixed-GPU cluster under TP comm overlap: the overlap budget is the shared GEMMs (seventeenth session)
+    ("llama3-8b", "metro-2bldg", ("cluster.buildings.1.gpu=b200", "workload.tp_comm_overlap=true",
+                                  "workload.seq_len=256")),
 )
 
 OUTPUTS = ("iteration_time_s", "memory_per_gpu_bytes", "memory_deficit_bytes", "feasible", "mfu",

@@ -162,3 +162,39 @@ def test_chunk_script_smoke_run_is_scoreable(tmp_path):
     cases = read_cases(tmp_path, skipped)
     assert skipped == [] and {c["kind"] for c in cases} == {"gemm", "gemm_chunks"}
     assert all(predict_s(c, gpu(), default_params()) > 0 for c in cases)
+
+
+def test_kernel_folder_inputs_that_are_the_users_fault_exit_2_in_one_line(run_cli, tmp_path):
+    """A gpu_info.txt naming no known GPU is never scored as an H100 unasked; a file that is not
+    UTF-8 is named; a chunk count that is not a whole number skips its row with the reason."""
+    (tmp_path / "gpu_kernels.csv").write_text("dtype,kind,M,K,N,ms\nbf16,gemm,2048,2048,2048,0.05\n")
+    (tmp_path / "gpu_layers.csv").write_text("case,seq\n")
+    (tmp_path / "gpu_info.txt").write_text("{'device': 'NVIDIA L40S'}\n")
+    r = run_cli("kernels", "--data", str(tmp_path))
+    assert r.returncode == 2 and "--gpu" in r.stderr and "L40S" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert run_cli("kernels", "--data", str(tmp_path), "--gpu", "h100-sxm").returncode == 0
+    (tmp_path / "gpu_info.txt").write_bytes(b"\xff\xfe\x00H200")
+    r = run_cli("kernels", "--data", str(tmp_path))
+    assert r.returncode == 2 and "gpu_info.txt" in r.stderr and "Traceback" not in r.stderr
+    (tmp_path / "gpu_info.txt").write_text("NVIDIA H200\n")
+    (tmp_path / "gpu_gemm_chunks.csv").write_bytes(b"kind,M\n\xff\xfe")
+    r = run_cli("kernels", "--data", str(tmp_path))
+    assert r.returncode == 2 and "gpu_gemm_chunks.csv" in r.stderr and "Traceback" not in r.stderr
+    (tmp_path / "gpu_gemm_chunks.csv").write_text("dtype,kind,M,K,N,chunks,ms\nbf16,gemm_chunks,2048,2048,2048,0.5,0.1\n"
+                                                  "fp8,gemm_chunks,2048,2048,2048,8,0.1\n")
+    r = run_cli("kernels", "--data", str(tmp_path), "--json")
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert d["skipped"] == ["gpu_gemm_chunks.csv:2 (gemm_chunks): column chunks: got '0.5'; allowed: a whole number >= 1"]
+    assert "gemm_chunks_fp8" in d["shipped"]["by_kind"]
+    g, p = gpu("h200"), default_params()
+    fp8 = {"kind": "gemm_chunks", "dtype": "fp8", "M": "2048", "K": "2048", "N": "2048", "chunks": "8", "ms": "1"}
+    assert predict_s(fp8, g, p) == 8 * gemm_time_s(256.0, 2048.0, 2048.0, g.peak_lin("fp8", p), g.ridge, p, 2.0)
+
+
+def test_a_shipped_name_wins_over_a_local_folder(tmp_path, monkeypatch):
+    (tmp_path / "h200").mkdir()
+    monkeypatch.chdir(tmp_path)
+    assert data_dir("h200").joinpath("gpu_gemm_chunks.csv").is_file()
+    from pathlib import Path
+    assert Path(data_dir("./h200")).resolve() == (tmp_path / "h200").resolve()

@@ -23,13 +23,15 @@ from autotune.space import SearchSpace
 from autotune.specs import build_scenario
 
 CASES = [("llama3-70b", "campus-5bldg"), ("mixtral-8x7b", "metro-2bldg"), ("deepseek-v3", "region-pair"),
-         ("llama3-8b", "single-building"), ("llama4-maverick", "metro-2bldg")]
+         ("llama3-8b", "single-building"), ("llama4-maverick", "metro-2bldg"),
+         ("llama3-70b", "metro-2bldg", ("workload.tp_comm_overlap=true",)),
+         ("mixtral-8x7b", "campus-5bldg", ("workload.ep_comm_overlap=true", "workload.fsdp_regather=forward"))]
 SETTINGS = settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @lru_cache(maxsize=None)
-def scenario_of(model, cluster):
-    return build_scenario(model, cluster)
+def scenario_of(model, cluster, overrides=()):
+    return build_scenario(model, cluster, overrides=list(overrides))
 
 
 def _terms(scen, b):
@@ -61,11 +63,13 @@ def test_each_term_is_zero_without_its_dimension_and_exposes_no_more_than_its_li
     scen = scenario_of(*case)
     b = SearchSpace(scen).sample(256, seed=seed)
     T = _terms(scen, b)
-    tp, cp, ep, pp = T["tp"], T["cp"], T["ep"], T["pp"]
+    tp, cp, pp = T["tp"], T["cp"], T["pp"]
     tpt, cpt, ept, pl, by = T["tpt"], T["cpt"], T["ept"], T["pl"], T["by"]
     # TP: nothing at tp 1; the exposed part never above the link time; the backward at least the forward
     assert (tpt.f_link[tp == 1] == 0).all() and (tpt.b_link[tp == 1] == 0).all()
     assert (tpt.f <= tpt.f_link * (1 + 1e-12)).all() and (tpt.b <= tpt.b_link * (1 + 1e-12)).all()
+    if scen.workload.tp_comm_overlap:        # the GEMMs hide some of it wherever tp > 1
+        assert (tpt.f[tp > 1] < tpt.f_link[tp > 1]).any()
     assert (tpt.b_link >= tpt.f_link).all() and (tpt.rerun >= 0).all()
     # CP: nothing at cp 1, never negative
     assert (cpt.f[cp == 1] == 0).all() and (cpt.b[cp == 1] == 0).all()
@@ -154,3 +158,30 @@ def test_cp_ring_exposes_its_transfers_beyond_the_attention_they_overlap():
     assert (cp > 1).any() and (free.f[cp == 1] == 0).all() and (free.f[cp > 1] > 0).all()
     hidden = cp_terms(k, p, tok, tp, cp, lay.x_cp, lay.Ls, 1e6, link, xp)
     assert (hidden.f == 0).all() and (hidden.b == 0).all()
+
+
+def test_a_mixed_gpu_cluster_hides_tp_behind_its_own_shared_gemms(monkeypatch):
+    """Buildings of different GPUs share the work by speed; under TP comm overlap the GEMMs that
+    hide the TP collectives are the bottleneck rank's own share of them (hs.compute x the GEMMs),
+    its collectives hs.comm x the link time (exchanges.tp_hidden), as iteration_formulas reports."""
+    import autotune.costmodel.iteration as it
+    from autotune.costmodel.exchanges import tp_hidden
+    scen = scenario_of("llama3-8b", "metro-2bldg", ("cluster.buildings.1.gpu=b200", "workload.tp_comm_overlap=true",
+                                                    "workload.seq_len=256"))
+    b = SearchSpace(scen).sample(1024, seed=7)
+    seen = {}
+    real = it.hetero_shares
+
+    def spy(*a, **kw):
+        seen["hs"] = real(*a, **kw)
+        return seen["hs"]
+    monkeypatch.setattr(it, "hetero_shares", spy)
+    out = it.iteration_formulas(scen, b, default_params(), xp)
+    hs, T = seen["hs"], _terms(scen, b)
+    f, bw = tp_hidden(T["k"], hs.comm * T["tpt"].f_link, hs.comm * T["tpt"].b_link, hs.compute * T["pc"].lin_f,
+                      hs.compute * T["pc"].lin_x, T["tp"], xp)
+    np.testing.assert_allclose(out["tp_comm_s"], T["m"] * (f + bw), rtol=1e-12, atol=0)
+    # the budget matters here: with the whole GEMMs as the budget some rows would expose less
+    f_whole, b_whole = tp_hidden(T["k"], hs.comm * T["tpt"].f_link, hs.comm * T["tpt"].b_link, T["pc"].lin_f,
+                                 T["pc"].lin_x, T["tp"], xp)
+    assert not np.allclose(f + bw, f_whole + b_whole, rtol=1e-9)
