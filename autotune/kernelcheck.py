@@ -29,8 +29,8 @@ from .costmodel import constants as C
 from .costmodel.kernels import attention_core_fwd_time_s, expert_block_time_s, gemm_time_s, memory_bound_time_s
 from .costmodel.params import CostParams, default_params
 from .errors import UserInputError
-from .validation.columns import one_line
-from .specs.presets import load_preset
+from .validation.columns import map_gpu, one_line
+from .specs.presets import load_preset, preset_names
 
 GPU_PRESET = "h100-sxm"
 SWIGLU_MATS = 3.0            # gate, up, down: the measured MLPs and expert blocks are SwiGLU
@@ -89,7 +89,6 @@ def gpu_preset_of(folder, preset: str | None) -> str:
     except (OSError, UnicodeDecodeError) as exc:
         raise UserInputError("--data", str(f), "a readable UTF-8 gpu_info.txt naming the GPU, or --gpu PRESET "
                              f"({getattr(exc, 'strerror', None) or type(exc).__name__})") from None
-    from .validation.columns import map_gpu
     name = map_gpu(text)
     if name is None:     # never score another GPU's measurements against the H100 unasked
         raise UserInputError("--gpu", "(not given)", f"a hardware preset: {f.name} names no known GPU "
@@ -321,7 +320,6 @@ def fit_kernel_params(cases: list[dict], g: Gpu, start: CostParams, free_knee: b
 def run(path: str | None = None, fit: bool = False, free_knee: bool = False, preset: str | None = None) -> dict:
     folder = data_dir(path)
     name = gpu_preset_of(folder, preset)
-    from .specs.presets import preset_names
     if name not in preset_names("hardware"):
         raise UserInputError("--gpu", name, "a hardware preset: " + ", ".join(preset_names("hardware")))
     g = gpu(name)

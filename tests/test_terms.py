@@ -108,9 +108,9 @@ def test_iteration_reports_its_terms(case, seed):
     np.testing.assert_allclose(out["xb_bytes_per_gpu"], T["by"].xb, rtol=1e-12, atol=0)
     np.testing.assert_allclose(out["nvlink_bytes_per_gpu"], T["by"].nvlink_tp + T["by"].nvlink_etp, rtol=1e-12, atol=0)
     np.testing.assert_allclose(out["dp_link_s"], T["sched"].grad + T["sched"].param, rtol=1e-12, atol=0)
-    owned, t_opt = optimizer_step(T["k"], T["fl"], T["lay"], T["dp"] * T["cp"], np.maximum(
-        T["dp"] * T["cp"] * T["tp"] / (expert_tp(b, xp) * T["ep"]), 1.0), T["dp"] * T["cp"] / T["lay"].b_dp,
-        np.maximum(T["dp"] * T["cp"] * T["tp"] / (expert_tp(b, xp) * T["ep"]), 1.0) / T["lay"].x_exp, xp)
+    n_d = T["dp"] * T["cp"]
+    n_e = np.maximum(n_d * T["tp"] / (expert_tp(b, xp) * T["ep"]), 1.0)      # expert data parallel
+    owned, t_opt = optimizer_step(T["k"], T["fl"], T["lay"], n_d, n_e, n_d / T["lay"].b_dp, n_e / T["lay"].x_exp, xp)
     np.testing.assert_allclose(out["optimizer_s"], t_opt, rtol=1e-12, atol=0)
 
 
