@@ -159,6 +159,11 @@ def kernels(data_path, fit, free_knee, gpu_preset, as_json):
     def human(d):
         click.echo(f"{d['cases']} measured cases on {d['gpu']}; err = predicted / measured - 1 (+: model slower)")
         table("shipped calibration (fit on published training runs):", d["shipped"])
+        sr = d["shipped"]["split_ratio"]
+        if sr:
+            click.echo(f"  TP-overlap split alone, chunks / whole GEMM ({sr['n']} cases, chunks >= {1e3 * sr['min_chunk_ms']:.0f} us each): "
+                       f"median |err| {sr['median_abs_err_pct']:.1f}%, p90 {sr['p90_abs_err_pct']:.1f}%, "
+                       f"median err {sr['median_signed_err_pct']:+.1f}%")
         if "kernel_fit" in d:
             kf = d["kernel_fit"]
             click.echo("kernel fit: " + ", ".join(f"{k}={v:.3g}" for k, v in kf["params"].items()))

@@ -26,7 +26,8 @@ from pathlib import Path
 import numpy as np
 
 from .costmodel import constants as C
-from .costmodel.kernels import attention_core_fwd_time_s, expert_block_time_s, gemm_time_s, memory_bound_time_s
+from .costmodel.kernels import (attention_core_fwd_time_s, expert_block_time_s, gemm_time_s, memory_bound_time_s,
+                                split_gemm_ratio)
 from .costmodel.params import CostParams, default_params
 from .errors import UserInputError
 from .validation.columns import map_gpu, one_line
@@ -195,12 +196,14 @@ def predict_s(r: dict, g: Gpu, p: CostParams) -> float | None:
         return gemm_time_s(_num(r, "M"), _num(r, "K"), _num(r, "N"), g.peak_lin(r.get("dtype"), p), g.ridge, p,
                            2.0 if r.get("dtype") == "fp8" else 1.0)
     if kind == "gemm_chunks":
-        # TP comm overlap's split (terms.compute_terms, attn_lin_split): chunks GEMMs of M / chunks rows
+        # TP comm overlap's split as terms.compute_terms charges it (attn_split): the whole GEMM
+        # times what cutting it into chunks pieces of M / chunks rows costs (kernels.split_gemm_ratio)
         c = _num(r, "chunks")
         if c < 1 or c != int(c):
             raise ValueError(f"column chunks: got {r.get('chunks')!r}; allowed: a whole number >= 1")
-        return c * gemm_time_s(_num(r, "M") / c, _num(r, "K"), _num(r, "N"), g.peak_lin(r.get("dtype"), p), g.ridge, p,
-                               2.0 if r.get("dtype") == "fp8" else 1.0)
+        M, K, N, w = _num(r, "M"), _num(r, "K"), _num(r, "N"), 2.0 if r.get("dtype") == "fp8" else 1.0
+        return gemm_time_s(M, K, N, g.peak_lin(r.get("dtype"), p), g.ridge, p, w) * split_gemm_ratio(
+            [(K, N, c)], M, g.ridge, p, w)
     if kind == "expert_bmm":
         return expert_block_time_s(_num(r, "T"), _num(r, "K"), _num(r, "N"), SWIGLU_MATS, _num(r, "E"),
                                    g.bf16(p), g.ridge, p)
@@ -254,6 +257,32 @@ def score(cases: list[dict], p: CostParams, g: Gpu) -> dict:
         if t is not None:
             by_kind.setdefault(kind_of(r), []).append(100.0 * (t / (_num(r, "ms") * 1e-3) - 1.0))
     return {kind: _stats(e) for kind, e in sorted(by_kind.items())}
+
+
+LAUNCH_BOUND_CHUNK_MS = 0.04
+"""Chunks faster than this (ms each) are left out of ``split_ratios``: the measuring script
+launches them from a Python loop at about 18 us a launch (``data/h200/README.md``), so below
+about twice that the GPU waits on the host and the ratio measures the launches."""
+
+
+def split_ratios(cases: list[dict], p: CostParams, g: Gpu) -> dict | None:
+    """TP comm overlap's split term alone: the chunks' time over the whole GEMM's, predicted
+    (``kernels.split_gemm_ratio``) against measured, for each ``gemm_chunks`` case whose whole
+    GEMM (same dtype, M, K, N) was measured too and whose chunks take at least
+    ``LAUNCH_BOUND_CHUNK_MS`` each. Error in % of the measured ratio; None without such cases."""
+    whole = {(r.get("dtype") or "bf16", _num(r, "M"), _num(r, "K"), _num(r, "N")): _num(r, "ms")
+             for r in cases if r.get("kind") == "gemm"}
+    errs = []
+    for r in cases:
+        if r.get("kind") != "gemm_chunks":
+            continue
+        dtype, M, K, N, c, ms = r.get("dtype") or "bf16", _num(r, "M"), _num(r, "K"), _num(r, "N"), _num(r, "chunks"), _num(r, "ms")
+        w = whole.get((dtype, M, K, N))
+        if w is None or ms / c < LAUNCH_BOUND_CHUNK_MS:
+            continue
+        ratio = split_gemm_ratio([(K, N, c)], M, g.ridge, p, 2.0 if dtype == "fp8" else 1.0)
+        errs.append(100.0 * (ratio / (ms / w) - 1.0))
+    return dict(_stats(errs), min_chunk_ms=LAUNCH_BOUND_CHUNK_MS) if errs else None
 
 
 SPLIT_SEED = 0
@@ -330,7 +359,8 @@ def run(path: str | None = None, fit: bool = False, free_knee: bool = False, pre
                              + (f" (skipped: {skipped[0]}{' ...' if len(skipped) > 1 else ''})" if skipped else ""))
     shipped = default_params()
     out = {"gpu": name, "cases": len(cases), "skipped": skipped,
-           "shipped": {"params": shipped.to_dict(), "by_kind": score(cases, shipped, g)},
+           "shipped": {"params": shipped.to_dict(), "by_kind": score(cases, shipped, g),
+                       "split_ratio": split_ratios(cases, shipped, g)},
            "not_modelled": NOT_MODELLED}
     if fit:
         fit_cases, held = split(cases)

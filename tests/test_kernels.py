@@ -4,9 +4,11 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from autotune.costmodel import evaluate
-from autotune.costmodel.kernels import attention_core_efficiency, gemm_time_s
+from autotune.costmodel.kernels import attention_core_efficiency, gemm_time_s, split_gemm_ratio
 from autotune.costmodel.params import CostParams, default_params
 from autotune.kernelcheck import data_dir, gpu, predict_s, read_cases, run, split
 from autotune.specs import Config, build_scenario
@@ -129,13 +131,14 @@ def test_h200_measurements_are_scored_on_the_h200_preset_within_the_kernel_targe
 
 
 def test_chunked_gemm_is_charged_as_its_chunks_and_the_gpu_comes_from_the_folder(tmp_path):
-    """gemm_chunks: ``chunks`` GEMMs of M / chunks rows (TP comm overlap's split); a folder's
+    """gemm_chunks: the whole GEMM times the split ratio of ``chunks`` pieces (TP comm overlap); a folder's
     gpu_info.txt names the preset, --gpu overrides it, an unknown one is refused in one line."""
     from autotune.errors import UserInputError
     from autotune.kernelcheck import gpu_preset_of
     g, p = gpu("h200"), default_params()
     row = {"kind": "gemm_chunks", "dtype": "bf16", "M": "4096", "K": "20480", "N": "7680", "chunks": "8", "ms": "1"}
-    assert predict_s(row, g, p) == 8 * gemm_time_s(512.0, 20480.0, 7680.0, g.bf16(p), g.ridge, p)
+    assert predict_s(row, g, p) == pytest.approx(gemm_time_s(4096.0, 20480.0, 7680.0, g.bf16(p), g.ridge, p)
+                                                 * split_gemm_ratio([(20480.0, 7680.0, 8)], 4096.0, g.ridge, p), rel=1e-12)
     assert gpu("h200").ridge < gpu().ridge                       # more HBM bandwidth, same peak
     (tmp_path / "gpu_kernels.csv").write_text("dtype,kind,M,K,N,ms\nbf16,gemm,2048,2048,2048,0.05\n")
     (tmp_path / "gpu_layers.csv").write_text("case,seq\n")
@@ -189,7 +192,8 @@ def test_kernel_folder_inputs_that_are_the_users_fault_exit_2_in_one_line(run_cl
     assert "gemm_chunks_fp8" in d["shipped"]["by_kind"]
     g, p = gpu("h200"), default_params()
     fp8 = {"kind": "gemm_chunks", "dtype": "fp8", "M": "2048", "K": "2048", "N": "2048", "chunks": "8", "ms": "1"}
-    assert predict_s(fp8, g, p) == 8 * gemm_time_s(256.0, 2048.0, 2048.0, g.peak_lin("fp8", p), g.ridge, p, 2.0)
+    assert predict_s(fp8, g, p) == pytest.approx(gemm_time_s(2048.0, 2048.0, 2048.0, g.peak_lin("fp8", p), g.ridge, p, 2.0)
+                                                 * split_gemm_ratio([(2048.0, 2048.0, 8)], 2048.0, g.ridge, p, 2.0), rel=1e-12)
 
 
 def test_a_shipped_name_wins_over_a_local_folder(tmp_path, monkeypatch):
@@ -198,3 +202,79 @@ def test_a_shipped_name_wins_over_a_local_folder(tmp_path, monkeypatch):
     assert data_dir("h200").joinpath("gpu_gemm_chunks.csv").is_file()
     from pathlib import Path
     assert Path(data_dir("./h200")).resolve() == (tmp_path / "h200").resolve()
+
+
+@settings(max_examples=60, deadline=None)
+@given(M=st.floats(64.0, 65536.0), K=st.floats(256.0, 32768.0), N=st.floats(256.0, 32768.0),
+       parts=st.integers(1, 16), n=st.floats(1.0, 6.0), k=st.floats(0.05, 3.0))
+def test_splitting_a_gemm_never_saves_time_and_costs_nothing_in_one_piece(M, K, N, parts, n, k):
+    """kernels.split_gemm_ratio: the same work in smaller pieces runs at a lower intensity, so the
+    ratio is >= 1, exactly 1 for one piece, and grows with the pieces; it reads the isolated
+    curve only (the in-step curve and the level do not move it)."""
+    p = CostParams().with_values(isolated_gemm_knee_sharpness=n, isolated_gemm_half_intensity_ridge_ratio=k)
+    r = split_gemm_ratio([(K, N, parts)], M, 300.0, p)
+    assert r >= 1.0 - 1e-12
+    assert split_gemm_ratio([(K, N, 1)], M, 300.0, p) == pytest.approx(1.0, rel=1e-12)
+    assert split_gemm_ratio([(K, N, 2 * parts)], M, 300.0, p) >= r - 1e-12
+    both = split_gemm_ratio([(K, N, parts), (N, K, 1)], M, 300.0, p)      # a whole GEMM beside it dilutes the cost
+    assert 1.0 - 1e-12 <= both <= r + 1e-12
+    q = p.with_values(gemm_knee_sharpness=3.0, gemm_half_intensity_ridge_ratio=0.1, gemm_efficiency_max=0.3)
+    assert split_gemm_ratio([(K, N, parts)], M, 300.0, q) == pytest.approx(r, rel=1e-12)
+
+
+def test_the_split_ratio_uses_the_isolated_curve_which_equals_the_in_step_one_by_default():
+    p = CostParams().with_values(gemm_knee_sharpness=1.0, gemm_half_intensity_ridge_ratio=0.6,
+                                 isolated_gemm_knee_sharpness=1.0, isolated_gemm_half_intensity_ridge_ratio=0.6)
+    g, M, K, N = 300.0, 2048.0, 12288.0, 4608.0
+    direct = 8 * gemm_time_s(M / 8, K, N, 1e15, g, p) / gemm_time_s(M, K, N, 1e15, g, p)
+    assert split_gemm_ratio([(K, N, 8)], M, g, p) == pytest.approx(direct, rel=1e-12)
+    sharp = p.with_values(isolated_gemm_knee_sharpness=2.48, isolated_gemm_half_intensity_ridge_ratio=0.819)
+    assert 1.0 < split_gemm_ratio([(K, N, 8)], M, g, sharp) < direct       # the sharper knee charges less here
+
+
+def test_te_overlap_runs_each_gemm_in_the_pieces_its_method_uses():
+    """TransformerEngine's initialize_ub methods: forward, column-parallel GEMMs ride the all-gather
+    ring (tp pieces) and row-parallel ones the reduce-scatter pipeline (4 pieces); backward, the
+    row-parallel GEMMs' input gradients ride the ring and the column-parallel ones run whole
+    (bulk); replicated GEMMs run whole."""
+    from autotune.costmodel.constants import TE_PIPELINE_SPLIT_PIECES
+    from autotune.costmodel.kernels import te_pieces
+    gemms = [(1.0, 2.0, "N"), (3.0, 4.0, "K"), (5.0, 6.0, "")]
+    assert te_pieces(gemms, 8.0, True) == [(1.0, 2.0, 8.0), (3.0, 4.0, TE_PIPELINE_SPLIT_PIECES), (5.0, 6.0, 1.0)]
+    assert te_pieces(gemms, 8.0, False) == [(1.0, 2.0, 1.0), (3.0, 4.0, 8.0), (5.0, 6.0, 1.0)]
+
+
+def test_tp_overlap_charges_the_whole_gemms_times_the_split_ratio():
+    """terms.compute_terms under TP comm overlap: each block's forward (backward) time in pieces is
+    its whole in-step time times split_gemm_ratio over te_pieces; at tp 1 the whole time."""
+    from autotune.costmodel.scenario_consts import scenario_consts
+    from autotune.costmodel.kernels import te_pieces
+    from autotune.costmodel.terms import compute_terms
+    from autotune.costmodel.xp import NUMPY as xp
+    p = default_params()
+    scen = build_scenario("llama3-70b", "metro-2bldg", overrides=["workload.tp_comm_overlap=true"])
+    k = scenario_consts(scen, p)
+    for tp in (1.0, 2.0, 4.0, 8.0):
+        ct = compute_terms(k, p, 1.0, 1.0, tp, 1.0, 0.0, xp)
+        tok = k.seq
+        attn = [(K_ / tp if s_ == "K" else K_, N_ / tp if s_ == "N" else N_, s_) for K_, N_, s_ in k.attn_gemms]
+        mlp = [(k.h, (k.mlp_mats - 1.0) * k.ffn / tp, "N"), (k.ffn / tp, k.h, "K")]
+        for fwd, a_split, m_split in ((True, ct.attn_lin_split, ct.mlp_dense_split),
+                                      (False, ct.attn_lin_split_b, ct.mlp_dense_split_b)):
+            ra = split_gemm_ratio(te_pieces(attn, tp, fwd), tok, k.ridge, p, k.gemm_out_weight) if tp > 1 else 1.0
+            rm = split_gemm_ratio(te_pieces(mlp, tp, fwd), tok, k.ridge, p, k.gemm_out_weight) if tp > 1 else 1.0
+            assert float(a_split) == pytest.approx(float(ct.attn_lin) * ra, rel=1e-12)
+            assert float(m_split) == pytest.approx(float(ct.mlp_dense) * rm, rel=1e-12)
+            assert (ra > 1.0) == (tp > 1) and (rm > 1.0) == (tp > 1)
+
+
+def test_kernel_check_scores_the_split_ratio_on_chunks_that_are_not_launch_bound():
+    from autotune.kernelcheck import LAUNCH_BOUND_CHUNK_MS, split_ratios
+    g, p = gpu(), default_params()
+    whole = {"kind": "gemm", "dtype": "bf16", "M": "2048", "K": "12288", "N": "4608", "ms": "0.2"}
+    chunks = dict(whole, kind="gemm_chunks", chunks="8", ms="0.5")
+    tiny = dict(chunks, ms=str(8 * LAUNCH_BOUND_CHUNK_MS * 0.99))
+    out = split_ratios([whole, chunks, tiny], p, g)
+    want = 100.0 * (split_gemm_ratio([(12288.0, 4608.0, 8)], 2048.0, g.ridge, p) / 2.5 - 1.0)
+    assert out["n"] == 1 and out["median_signed_err_pct"] == pytest.approx(want, rel=1e-12)
+    assert split_ratios([chunks], p, g) is None                  # no whole GEMM measured: nothing to score

@@ -75,3 +75,21 @@ def test_a_calibration_from_before_the_ampere_factor_keeps_ampere_at_one(tmp_pat
     g = tmp_path / "new.yaml"
     g.write_text(yaml.safe_dump({"params": {"gpu_generation_efficiency_ampere": 1.2}}))
     assert load_params_file(str(g)).gpu_generation_efficiency_ampere == 1.2
+
+
+def test_a_calibration_with_one_gemm_curve_uses_it_for_the_isolated_split_too(tmp_path):
+    """Until the eighteenth session one GEMM curve served both the in-step time and TP overlap's
+    split: a file stating the in-step knee or half-intensity but not their isolated twins keeps
+    that curve for both; a file stating neither keeps the shipped isolated curve."""
+    f = tmp_path / "old.yaml"
+    f.write_text(yaml.safe_dump({"params": {"gemm_knee_sharpness": 1.0, "gemm_half_intensity_ridge_ratio": 0.6}}))
+    p = load_params_file(str(f))
+    assert (p.isolated_gemm_knee_sharpness, p.isolated_gemm_half_intensity_ridge_ratio) == (1.0, 0.6)
+    g = tmp_path / "new.yaml"
+    g.write_text(yaml.safe_dump({"params": {"gemm_knee_sharpness": 1.0, "isolated_gemm_knee_sharpness": 3.0}}))
+    q = load_params_file(str(g))
+    assert q.isolated_gemm_knee_sharpness == 3.0
+    assert q.isolated_gemm_half_intensity_ridge_ratio == default_params().isolated_gemm_half_intensity_ridge_ratio
+    h = tmp_path / "other.yaml"
+    h.write_text(yaml.safe_dump({"params": {"network_efficiency": 0.7}}))
+    assert load_params_file(str(h)).isolated_gemm_knee_sharpness == default_params().isolated_gemm_knee_sharpness

@@ -46,7 +46,7 @@ def _terms(scen, b):
     lay, t = layout(k, b, xp), Transport(k, b, xp)
     link, et = p2p_link(k, t, xp), expert_tp(b, xp)
     pc = pass_compute(k, p, b, lay, xp, mb, cp, tp, ep, et, rc)
-    tpt = tp_terms(k, p, rc, tok, tp, lay, pc.lin_f, pc.lin_x, xp)
+    tpt = tp_terms(k, p, rc, tok, tp, lay, pc.lin_f, pc.lin_x, pc.lin_xb, xp)
     cpt = cp_terms(k, p, tok, tp, cp, lay.x_cp, lay.Ls, pc.ct.core, link, xp)
     ept = ep_terms(k, p, sc, pp, v, m, rc, tok, tp, ep, et, lay, pc.ct, link.goodput, xp)
     dps = sum_groups(dp_comm_groups(k, p, b, xp, t, lay))
@@ -71,6 +71,15 @@ def test_each_term_is_zero_without_its_dimension_and_exposes_no_more_than_its_li
     if scen.workload.tp_comm_overlap:        # the GEMMs hide some of it wherever tp > 1
         assert (tpt.f[tp > 1] < tpt.f_link[tp > 1]).any()
     assert (tpt.b_link >= tpt.f_link).all() and (tpt.rerun >= 0).all()
+    # GEMMs in TP overlap's pieces never run faster than whole, and run whole without it or at tp 1
+    pc = T["pc"]
+    for split in (pc.lin_x, pc.lin_xb):
+        assert (np.asarray(split) >= np.asarray(pc.lin_f) * (1 - 1e-12)).all()
+        if not scen.workload.tp_comm_overlap:
+            assert np.array_equal(np.asarray(split), np.asarray(pc.lin_f))
+        else:
+            np.testing.assert_allclose(np.broadcast_to(split, tp.shape)[tp == 1],
+                                       np.broadcast_to(pc.lin_f, tp.shape)[tp == 1], rtol=1e-12)
     # CP: nothing at cp 1, never negative
     assert (cpt.f[cp == 1] == 0).all() and (cpt.b[cp == 1] == 0).all()
     assert (cpt.f >= 0).all() and (cpt.b >= 0).all()
@@ -179,9 +188,9 @@ def test_a_mixed_gpu_cluster_hides_tp_behind_its_own_shared_gemms(monkeypatch):
     out = it.iteration_formulas(scen, b, default_params(), xp)
     hs, T = seen["hs"], _terms(scen, b)
     f, bw = tp_hidden(T["k"], hs.comm * T["tpt"].f_link, hs.comm * T["tpt"].b_link, hs.compute * T["pc"].lin_f,
-                      hs.compute * T["pc"].lin_x, T["tp"], xp)
+                      hs.compute * T["pc"].lin_x, hs.compute * T["pc"].lin_xb, T["tp"], xp)
     np.testing.assert_allclose(out["tp_comm_s"], T["m"] * (f + bw), rtol=1e-12, atol=0)
     # the budget matters here: with the whole GEMMs as the budget some rows would expose less
     f_whole, b_whole = tp_hidden(T["k"], hs.comm * T["tpt"].f_link, hs.comm * T["tpt"].b_link, T["pc"].lin_f,
-                                 T["pc"].lin_x, T["tp"], xp)
+                                 T["pc"].lin_x, T["pc"].lin_xb, T["tp"], xp)
     assert not np.allclose(f + bw, f_whole + b_whole, rtol=1e-9)

@@ -16,6 +16,7 @@ class PassCompute(NamedTuple):
     ct: ComputeTerms
     lin_f: object    # forward GEMMs, whole
     lin_x: object    # forward GEMMs as TP comm overlap splits them (lin_f without it)
+    lin_xb: object   # input-gradient GEMMs as TP comm overlap splits them (lin_f without it)
     core_f: object   # attention core, forward
     t_f: object      # forward compute
     t_b: object      # backward compute (input gradients, recomputation)
@@ -42,9 +43,13 @@ def pass_compute(k, p, batch, lay, xp, mb, cp, tp, ep, et, rc) -> PassCompute:
                                  mb, cp, tp, ep, et))
     Ls, Ls_dense, Ls_moe = lay.Ls, lay.Ls_dense, lay.Ls_moe
     lin_f = Ls_dense * (ct.attn_lin + ct.mlp_dense) + Ls_moe * (ct.attn_lin + ct.moe_lin)
-    # forward and input-gradient GEMMs run in tp chunks under TP comm overlap, weight gradients whole
-    lin_x = Ls_dense * (ct.attn_lin_split + ct.mlp_dense_split) + Ls_moe * (ct.attn_lin_split + ct.moe_lin) \
-        if k.tp_overlap else lin_f
+    # forward and input-gradient GEMMs run in pieces under TP comm overlap (kernels.te_pieces),
+    # weight gradients whole
+    if k.tp_overlap:
+        lin_x = Ls_dense * (ct.attn_lin_split + ct.mlp_dense_split) + Ls_moe * (ct.attn_lin_split + ct.moe_lin)
+        lin_xb = Ls_dense * (ct.attn_lin_split_b + ct.mlp_dense_split_b) + Ls_moe * (ct.attn_lin_split_b + ct.moe_lin)
+    else:
+        lin_x = lin_xb = lin_f
     core_f = Ls * ct.core
     elem_f = Ls * ct.elem + Ls_moe * ct.moe_permute
     t_head, loss_f, loss_b = ct.head, ct.loss_f, ct.loss_b
@@ -54,15 +59,16 @@ def pass_compute(k, p, batch, lay, xp, mb, cp, tp, ep, et, rc) -> PassCompute:
     sel_rest = Ls_dense * ct.rc_dense + Ls_moe * ct.rc_moe
     fw = k.compute_scale
     if fw != 1.0:
-        lin_f, lin_x, core_f, elem_f, t_head = fw * lin_f, fw * lin_x, fw * core_f, fw * elem_f, fw * t_head
+        lin_f, lin_x, lin_xb, core_f, elem_f, t_head = fw * lin_f, fw * lin_x, fw * lin_xb, fw * core_f, fw * elem_f, fw * t_head
         loss_f, loss_b, sel_rest = fw * loss_f, fw * loss_b, fw * sel_rest
     # the rank beside the head runs Ls_last layers and the head; the rank with the most layers,
     # Ls and no head (the same rank where the layout gives the head's stage a full share)
     if k.pp_layout == LAYOUT_EVEN:      # the head's rank is the rank with the most layers
-        lin_f_h, lin_x_h, core_f_h, elem_f_h, sel_rest_h = lin_f, lin_x, core_f, elem_f, sel_rest
+        lin_f_h, lin_x_h, lin_xb_h, core_f_h, elem_f_h, sel_rest_h = lin_f, lin_x, lin_xb, core_f, elem_f, sel_rest
     else:
         r = lay.Ls_last / Ls
-        lin_f_h, lin_x_h, core_f_h, elem_f_h, sel_rest_h = r * lin_f, r * lin_x, r * core_f, r * elem_f, r * sel_rest
+        lin_f_h, lin_x_h, lin_xb_h, core_f_h, elem_f_h, sel_rest_h = (r * lin_f, r * lin_x, r * lin_xb, r * core_f,
+                                                                      r * elem_f, r * sel_rest)
     full, sel = rc == R_FULL, rc == R_SELECTIVE
     layers_f = lin_x_h + core_f_h + elem_f_h
     t_f = layers_f + t_head + loss_f
@@ -70,13 +76,13 @@ def pass_compute(k, p, batch, lay, xp, mb, cp, tp, ep, et, rc) -> PassCompute:
     # full recomputation re-runs the transformer layers' forward, not the head or the loss
     # (Megatron's --recompute-granularity full checkpoints the layers only)
     recompute_extra = xp.where(full, layers_f, xp.where(sel, sel_core * core_f_h + sel_rest_h, 0.0))
-    t_b = lin_x_h + t_head + p.attention_backward_time_ratio * core_f_h + elem_f_h + recompute_extra + loss_b
+    t_b = lin_xb_h + t_head + p.attention_backward_time_ratio * core_f_h + elem_f_h + recompute_extra + loss_b
     if k.pp_layout == LAYOUT_EVEN:
-        return PassCompute(ct, lin_f_h, lin_x_h, core_f_h, t_f, t_b, t_w)
+        return PassCompute(ct, lin_f_h, lin_x_h, lin_xb_h, core_f_h, t_f, t_b, t_w)
     t_f_m = lin_x + core_f + elem_f
-    t_b_m = lin_x + p.attention_backward_time_ratio * core_f + elem_f \
+    t_b_m = lin_xb + p.attention_backward_time_ratio * core_f + elem_f \
         + xp.where(full, t_f_m, xp.where(sel, sel_core * core_f + sel_rest, 0.0))
     head = t_f + t_b + lin_f_h + t_head >= t_f_m + t_b_m + lin_f
-    return PassCompute(ct, xp.where(head, lin_f_h, lin_f), xp.where(head, lin_x_h, lin_x),
+    return PassCompute(ct, xp.where(head, lin_f_h, lin_f), xp.where(head, lin_x_h, lin_x), xp.where(head, lin_xb_h, lin_xb),
                        xp.where(head, core_f_h, core_f), xp.where(head, t_f, t_f_m), xp.where(head, t_b, t_b_m),
                        xp.where(head, t_w, lin_f))

@@ -113,6 +113,11 @@ UNFUSED_SOFTMAX_TRAFFIC_BYTES_PER_SCORE = 10.0
 """Unfused attention (pre-FlashAttention Megatron): the s x s scores go through HBM: write QK^T
 (2 B), fused scale-mask-softmax read + write (4 B), dropout read + write + mask (5 B) ~ 10 B per
 score element in forward, twice that in backward."""
+TE_PIPELINE_SPLIT_PIECES = 4.0
+"""GEMM pieces of TransformerEngine's "pipeline" comm-GEMM overlap (the row-parallel forward
+GEMMs, proj_fprop and fc2_fprop, whose reduce-scatter follows each piece): ``num_splits`` 4 in
+``initialize_ub``'s defaults from TE 1.0 to 2.x (transformer_engine/pytorch/module/base.py) and
+in NeMo's userbuffers configs for H100. Its "ring_exchange" GEMMs run one piece per TP rank."""
 ELEMENTWISE_TRAFFIC_BYTES_PER_TOKEN_HIDDEN = 68.0
 """Memory-bound elementwise kernels (norms, activations, residuals, dropout) move roughly the
 stored-activation bytes twice (write + read): 2 x 34 bytes per token per hidden unit per layer."""

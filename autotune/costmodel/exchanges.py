@@ -44,11 +44,12 @@ class TPTerms(NamedTuple):
     b: object         # of the backward's, exposed
 
 
-def tp_terms(k, p, rc, tok, tp, lay, lin_f, lin_x, xp) -> TPTerms:
+def tp_terms(k, p, rc, tok, tp, lay, lin_f, lin_x, lin_xb, xp) -> TPTerms:
     """The TP collectives of ``tok`` tokens a micro-batch over the rank's layers (``lay``). An MoE
     layer's sequence-sized TP collectives are its shared experts' (they run at tp); its routed
-    experts' TP gather is the dispatcher's (``ep_dispatch``). ``lin_f``, ``lin_x``: the forward
-    GEMMs whole and as TP comm overlap splits them (``compute_pass.PassCompute``)."""
+    experts' TP gather is the dispatcher's (``ep_dispatch``). ``lin_f``, ``lin_x``, ``lin_xb``: the
+    forward GEMMs whole, and the forward and input-gradient GEMMs as TP comm overlap splits them
+    (``compute_pass.PassCompute``)."""
     s_tp = tok * k.h * k.wire_bytes
     t_coll = xp.where(tp > 1, tp_collective_time(s_tp, tp, k.nvlink_Bps, p.nccl_overhead_scale, k.ll128, xp), 0.0)
     moe_tp = 1.0 if k.shared > 0 else 0.0
@@ -56,16 +57,17 @@ def tp_terms(k, p, rc, tok, tp, lay, lin_f, lin_x, xp) -> TPTerms:
     rerun = tp_collectives_rerun(k, rc, colls, lay.Ls_dense, lay.Ls_moe, moe_tp, xp)
     f_link = colls * t_coll
     b_link = (colls + rerun) * t_coll
-    return TPTerms(s_tp, colls, rerun, f_link, b_link, *tp_hidden(k, f_link, b_link, lin_f, lin_x, tp, xp))
+    return TPTerms(s_tp, colls, rerun, f_link, b_link, *tp_hidden(k, f_link, b_link, lin_f, lin_x, lin_xb, tp, xp))
 
 
-def tp_hidden(k, f_link, b_link, lin_f, lin_x, tp, xp):
+def tp_hidden(k, f_link, b_link, lin_f, lin_x, lin_xb, tp, xp):
     """(forward, backward) TP seconds exposed: all of the link time, or under TP comm overlap
     (WorkloadSpec.tp_comm_overlap) what the GEMMs beside it leave (``collectives.tp_exposed``):
-    the forward's GEMMs as split (``lin_x``), the backward's input- and weight-gradient GEMMs."""
+    the forward's GEMMs as split (``lin_x``), the backward's input-gradient GEMMs as split
+    (``lin_xb``) and its weight-gradient GEMMs (``lin_f``)."""
     if not k.tp_overlap:
         return f_link, b_link
-    return tp_exposed(f_link, lin_x, tp, xp), tp_exposed(b_link, lin_x + lin_f, tp, xp)
+    return tp_exposed(f_link, lin_x, tp, xp), tp_exposed(b_link, lin_xb + lin_f, tp, xp)
 
 
 class CPTerms(NamedTuple):

@@ -86,7 +86,7 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
     Ls, Ls_dense, Ls_moe = lay.Ls, lay.Ls_dense, lay.Ls_moe
     et = expert_tp(batch, xp)
     pc = pass_compute(k, p, batch, lay, xp, mb, cp, tp, ep, et, rc)
-    tpt = tp_terms(k, p, rc, tok, tp, lay, pc.lin_f, pc.lin_x, xp)
+    tpt = tp_terms(k, p, rc, tok, tp, lay, pc.lin_f, pc.lin_x, pc.lin_xb, xp)
     cpt = cp_terms(k, p, tok, tp, cp, lay.x_cp, Ls, pc.ct.core, link, xp)
     ept = ep_terms(k, p, sc, pp, v, m, rc, tok, tp, ep, et, lay, pc.ct, link.goodput, xp)
     t_f_comp, t_b_comp, t_w_comp = pc.t_f, pc.t_b, pc.t_w
@@ -141,7 +141,8 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
         t_f_comp, t_b_comp, t_w_comp = hs.compute * t_f_comp, hs.compute * t_b_comp, hs.compute * t_w_comp
         cp_f, cp_b, ep_f, ep_b, tp_f_link, tp_b_link = (hs.comm * x for x in (cp_f, cp_b, ep_f, ep_b, tp_f_link, tp_b_link))
         # the overlap budget is the bottleneck rank's own GEMMs under the shares
-        tp_f, tp_b = tp_hidden(k, tp_f_link, tp_b_link, hs.compute * pc.lin_f, hs.compute * pc.lin_x, tp, xp)
+        tp_f, tp_b = tp_hidden(k, tp_f_link, tp_b_link, hs.compute * pc.lin_f, hs.compute * pc.lin_x,
+                               hs.compute * pc.lin_xb, tp, xp)
         gather_f_mb, gather_b_mb = hs.comm * gather_f_mb, hs.comm * gather_b_mb
         t_f, t_b, t_w, T_comp, T_mb, host_gap = per_microbatch()
         hetero_plan, m_busiest = hs.plan, hs.microbatches

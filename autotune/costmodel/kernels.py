@@ -5,6 +5,9 @@ Written once for arrays and scalars (``xp``).
 """
 from __future__ import annotations
 
+from dataclasses import replace
+from functools import lru_cache
+
 from . import constants as C
 from .params import CostParams
 
@@ -31,6 +34,48 @@ def gemm_time_s(M, K, N, peak_flops: float, ridge: float, p: CostParams, out_wei
     """Seconds of one M x K x N GEMM: 2 M K N FLOPs at ``gemm_efficiency`` of ``peak_flops``."""
     return 2.0 * M * K * N / (peak_flops * gemm_efficiency(M, K, N, ridge, p, out_weight))
 
+
+@lru_cache(maxsize=8)
+def isolated_curve(p: CostParams) -> CostParams:
+    """``p`` with the in-step GEMM curve's knee and half-intensity replaced by those of kernels run
+    alone (``CostParams.isolated_gemm_knee_sharpness``)."""
+    return replace(p, gemm_knee_sharpness=p.isolated_gemm_knee_sharpness,
+                   gemm_half_intensity_ridge_ratio=p.isolated_gemm_half_intensity_ridge_ratio)
+
+
+def split_gemm_ratio(gemms, M, ridge: float, p: CostParams, out_weight=1.0):
+    """Time of a block's GEMMs run in pieces over their time whole: ``gemms`` holds (K, N, pieces)
+    per GEMM, each run as ``pieces`` GEMMs of M / pieces rows (1: whole), on the isolated-kernel
+    curve (``isolated_curve``): the work is the same, the smaller pieces run at a lower arithmetic
+    intensity. A ratio of kernels, so the level (``gemm_efficiency_max``) and the peak cancel (peak 1
+    below). Measured on the H200 (``data/h200``, ``gemm_chunks``) tp pieces take 1.03-1.24x the
+    whole GEMM at GPT-3 175B's and MT-NLG 530B's tp-8 shapes, M 2,048-8,192."""
+    q = isolated_curve(p)
+    whole = pieces = 0.0
+    for K, N, n in gemms:
+        whole = whole + gemm_time_s(M, K, N, 1.0, ridge, q, out_weight)
+        pieces = pieces + n * gemm_time_s(M / n, K, N, 1.0, ridge, q, out_weight)
+    return pieces / whole
+
+
+def te_pieces(gemms, tp, forward: bool):
+    """(K, N, pieces) per GEMM of a block under TransformerEngine's comm-GEMM overlap
+    (``initialize_ub``'s methods, TE 1.0-2.x): in the forward a column-parallel GEMM ("N": QKV,
+    fc1) consumes the all-gathered input one TP rank's piece at a time ("ring_exchange", tp
+    pieces) and a row-parallel one ("K": proj, fc2) reduce-scatters its output as it goes
+    ("pipeline", ``constants.TE_PIPELINE_SPLIT_PIECES``); in the backward the row-parallel
+    GEMMs' input gradients ride the ring (tp pieces) and the column-parallel ones run whole
+    beside a bulk all-gather. Replicated GEMMs ("": MLA's down projections) run whole."""
+    out = []
+    for K, N, split in gemms:
+        if split == "N":
+            n = tp if forward else 1.0
+        elif split == "K":
+            n = C.TE_PIPELINE_SPLIT_PIECES if forward else tp
+        else:
+            n = 1.0
+        out.append((K, N, n))
+    return out
 
 def expert_block_time_s(tokens_per_expert, hidden, ffn_e, mlp_mats, experts, peak_flops: float, ridge: float,
                         p: CostParams, out_weight=1.0):

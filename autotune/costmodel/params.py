@@ -27,6 +27,15 @@ class CostParams:
     ridge)) as n grows. Measured on the H100's expert GEMMs (64-4,096 tokens an expert): with n = 1
     no k fits both ends (the fit held 256-token GEMMs 30-47% too slow and 64-token ones 10-15% too
     fast)."""
+    isolated_gemm_knee_sharpness: float = 1.0
+    isolated_gemm_half_intensity_ridge_ratio: float = 1.0
+    """The GEMM curve's knee (n) and half-intensity (k) of kernels run alone, back to back, where
+    ``gemm_knee_sharpness`` and ``gemm_half_intensity_ridge_ratio`` describe a GEMM inside a
+    training step. Used only for what cutting a GEMM into pieces costs, a ratio of two isolated
+    kernels (``kernels.split_gemm_ratio``: TP comm overlap's chunks). Held at the H100 kernels' fit
+    with the knee free (``autotune kernels --fit --free-knee``: n = 2.48, k = 0.819); the H200's
+    measured chunk ratios (never fit on) agree with it better than with the in-step curve
+    (``validation.held.KERNEL_SHAPES``). Equal to the in-step values: one curve for both."""
     attention_core_efficiency: float = 0.45
     attention_head_dim_half: float = 0.0
     """Head dimension at which the attention core runs at half ``attention_core_efficiency``:
@@ -149,7 +158,9 @@ def load_params_file(path: str) -> CostParams:
     GEMM level carried Megatron's overhead) keeps Megatron at 1.0, the reference it was fit with,
     and a file stating the GEMM level or Hopper's generation factor without
     ``gpu_generation_efficiency_ampere`` (every calibration written before the sixteenth session,
-    when Ampere was the reference) keeps Ampere at 1.0. One-line UserInputError otherwise."""
+    when Ampere was the reference) keeps Ampere at 1.0, and a file stating the in-step GEMM curve
+    without its isolated twin (every calibration written before the eighteenth session: one curve
+    for both) uses that curve for both. One-line UserInputError otherwise."""
     import math
 
     from ..errors import UserInputError
@@ -174,4 +185,8 @@ def load_params_file(path: str) -> CostParams:
     if ({"gemm_efficiency_max", "gpu_generation_efficiency_hopper"} & set(out)
             and "gpu_generation_efficiency_ampere" not in out):
         out["gpu_generation_efficiency_ampere"] = 1.0
+    for run_curve, isolated in (("gemm_knee_sharpness", "isolated_gemm_knee_sharpness"),
+                                ("gemm_half_intensity_ridge_ratio", "isolated_gemm_half_intensity_ridge_ratio")):
+        if run_curve in out and isolated not in out:
+            out[isolated] = out[run_curve]
     return default_params().with_values(**out)

@@ -92,8 +92,10 @@ class ComputeTerms(NamedTuple):
     elem: object          # element-wise passes (norms, activation, residuals)
     moe_permute: object   # MoE permutation and un-permutation, per MoE layer
     head: object          # LM head (last rank)
-    attn_lin_split: object  # attention projections as tp chunks of tok / tp rows (tp_comm_overlap)
+    attn_lin_split: object  # attention projections' forward in TransformerEngine's pieces (tp_comm_overlap, kernels.te_pieces)
     mlp_dense_split: object  # dense MLP the same way
+    attn_lin_split_b: object  # their input-gradient GEMMs in the backward's pieces
+    mlp_dense_split_b: object
     loss_f: object        # cross-entropy over the head's logits, forward (memory-bound; last rank)
     loss_b: object        # its backward
     rc_dense: object      # selective recomputation's re-run per dense layer beyond the attention core
@@ -110,7 +112,8 @@ def compute_terms(k: ScenarioConsts, p: CostParams, mb, cp, tp, ep, et, xp) -> C
     experts' TP group of et ranks, so it runs tok top_k et / tp routed tokens through its
     experts / ep local experts, each at ffn_e / et width: the FLOPs per rank do not depend on
     et, the GEMM shapes do (et = tp: Megatron-Core without folding)."""
-    from .kernels import attention_core_fwd_time_s, expert_block_time_s, gemm_time_s, memory_bound_time_s
+    from .kernels import (attention_core_fwd_time_s, expert_block_time_s, gemm_time_s, memory_bound_time_s,
+                          split_gemm_ratio, te_pieces)
     tok = mb * k.seq / cp
 
     def gemm_time(M, K, N):
@@ -126,13 +129,19 @@ def compute_terms(k: ScenarioConsts, p: CostParams, mb, cp, tp, ep, et, xp) -> C
         return gemm_time(M, k.h, up_n) + gemm_time(M, k.ffn / tp, k.h)
     attn_lin, mlp_dense = attn_gemms(tok), mlp_gemms(tok)
     # TransformerEngine's comm-GEMM overlap (WorkloadSpec.tp_comm_overlap; Wang et al., ASPLOS'23)
-    # splits each TP-adjacent GEMM into tp chunks of tok / tp rows, one per ring step: the same
-    # FLOPs at a smaller GEMM's efficiency (kernels.gemm_efficiency)
+    # runs TP-adjacent GEMMs in pieces: the same FLOPs at a smaller GEMM's efficiency, charged as the
+    # block's in-step time times what the split costs kernels run alone (kernels.split_gemm_ratio)
     if k.tp_overlap:
-        attn_split = xp.where(tp > 1, tp * attn_gemms(tok / tp), attn_lin)
-        mlp_split = xp.where(tp > 1, tp * mlp_gemms(tok / tp), mlp_dense)
+        w = k.gemm_out_weight
+        attn_kn = [(K_ / tp if s_ == "K" else K_, N_ / tp if s_ == "N" else N_, s_) for K_, N_, s_ in k.attn_gemms]
+        mlp_kn = [(k.h, up_n, "N"), (k.ffn / tp, k.h, "K")]
+        attn_split = attn_lin * xp.where(tp > 1, split_gemm_ratio(te_pieces(attn_kn, tp, True), tok, k.ridge, p, w), 1.0)
+        mlp_split = mlp_dense * xp.where(tp > 1, split_gemm_ratio(te_pieces(mlp_kn, tp, True), tok, k.ridge, p, w), 1.0)
+        attn_split_b = attn_lin * xp.where(tp > 1, split_gemm_ratio(te_pieces(attn_kn, tp, False), tok, k.ridge, p, w), 1.0)
+        mlp_split_b = mlp_dense * xp.where(tp > 1, split_gemm_ratio(te_pieces(mlp_kn, tp, False), tok, k.ridge, p, w), 1.0)
     else:
-        attn_split, mlp_split = attn_lin, mlp_dense
+        attn_split = attn_split_b = attn_lin
+        mlp_split = mlp_split_b = mlp_dense
     moe_lin = moe_permute = moe_act = shared = 0.0
     if k.experts:
         tok_e = xp.maximum(tok * k.top_k * ep * et / (tp * k.experts), 1.0)   # tokens per local expert
@@ -171,7 +180,8 @@ def compute_terms(k: ScenarioConsts, p: CostParams, mb, cp, tp, ep, et, xp) -> C
     rc_moe = attn_rc + norm + (moe_lin + moe_permute + moe_act if "moe" in mods else
                                moe_act * ("moe_act" in mods) + shared * ("shared_experts" in mods))
     return ComputeTerms(attn_lin, mlp_dense, moe_lin, core, elem, moe_permute, head, attn_split, mlp_split,
-                        loss_f, loss_b, rc_dense, rc_moe)
+                        attn_split_b, mlp_split_b, loss_f, loss_b, rc_dense, rc_moe)
+
 
 
 def layers_on_rank(k: ScenarioConsts, pp, v, v_style, xp):
