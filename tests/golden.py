@@ -41,6 +41,9 @@ SCENARIOS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     # a mixed-GPU cluster under TP comm overlap: the overlap budget is the shared GEMMs (seventeenth session)
     ("llama3-8b", "metro-2bldg", ("cluster.buildings.1.gpu=b200", "workload.tp_comm_overlap=true",
                                   "workload.seq_len=256")),
+    # TP comm overlap's pieces (kernels.te_pieces) with the head's stage lighter (pipeline_layout ends;
+    # eighteenth session)
+    ("llama3-70b", "metro-2bldg", ("workload.tp_comm_overlap=true", "workload.pipeline_layout=ends")),
 )
 
 OUTPUTS = ("iteration_time_s", "memory_per_gpu_bytes", "memory_deficit_bytes", "feasible", "mfu",

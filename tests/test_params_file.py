@@ -30,6 +30,8 @@ def test_params_file_changes_evaluate_and_search(run_cli, tmp_path):
     ("params: {no_such_param: 1.0}", "a parameter among"),
     ("params: {gemm_efficiency_max: .nan}", "a finite number"),
     ("- 1\n- 2\n", "a YAML mapping"),
+    ("params: {isolated_gemm_knee_sharpness: 1.0e-7}", "a finite number >= 1"),
+    ("params: {gemm_knee_sharpness: 0.5}", "a finite number >= 1"),
 ])
 def test_bad_params_file_exits_2(run_cli, tmp_path, text, words):
     f = tmp_path / "bad.yaml"

@@ -8,7 +8,7 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from autotune.costmodel.compute_pass import pass_compute
+from autotune.costmodel.compute_pass import R_FULL, pass_compute
 from autotune.costmodel.dp_step import dp_schedule, optimizer_step
 from autotune.costmodel.ep_dispatch import ep_terms
 from autotune.costmodel.exchanges import cp_terms, p2p_link, tp_terms
@@ -25,7 +25,9 @@ from autotune.specs import build_scenario
 CASES = [("llama3-70b", "campus-5bldg"), ("mixtral-8x7b", "metro-2bldg"), ("deepseek-v3", "region-pair"),
          ("llama3-8b", "single-building"), ("llama4-maverick", "metro-2bldg"),
          ("llama3-70b", "metro-2bldg", ("workload.tp_comm_overlap=true",)),
-         ("mixtral-8x7b", "campus-5bldg", ("workload.ep_comm_overlap=true", "workload.fsdp_regather=forward"))]
+         ("mixtral-8x7b", "campus-5bldg", ("workload.ep_comm_overlap=true", "workload.fsdp_regather=forward")),
+         ("llama3-70b", "metro-2bldg", ("workload.tp_comm_overlap=true", "workload.pipeline_layout=ends")),
+         ("llama3-8b", "metro-2bldg", ("workload.tp_comm_overlap=true", "workload.seq_len=256"))]
 SETTINGS = settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
@@ -71,6 +73,14 @@ def test_each_term_is_zero_without_its_dimension_and_exposes_no_more_than_its_li
     if scen.workload.tp_comm_overlap:        # the GEMMs hide some of it wherever tp > 1
         assert (tpt.f[tp > 1] < tpt.f_link[tp > 1]).any()
     assert (tpt.b_link >= tpt.f_link).all() and (tpt.rerun >= 0).all()
+    # TP overlap: the exposed time is what the GEMMs beside it leave, above the pieces that cannot overlap
+    if scen.workload.tp_comm_overlap:
+        from autotune.costmodel.collectives import tp_exposed
+        from autotune.costmodel.constants import TE_PIPELINE_SPLIT_PIECES
+        pc = T["pc"]
+        np.testing.assert_allclose(tpt.f, tp_exposed(tpt.f_link, pc.lin_x, 0.5 / tp + 0.5 / TE_PIPELINE_SPLIT_PIECES, xp),
+                                   rtol=1e-12, atol=0)
+        np.testing.assert_allclose(tpt.b, tp_exposed(tpt.b_link, pc.lin_xb + pc.lin_f, 0.5 / tp, xp), rtol=1e-12, atol=0)
     # GEMMs in TP overlap's pieces never run faster than whole, and run whole without it or at tp 1
     pc = T["pc"]
     for split in (pc.lin_x, pc.lin_xb):
@@ -194,3 +204,41 @@ def test_a_mixed_gpu_cluster_hides_tp_behind_its_own_shared_gemms(monkeypatch):
     f_whole, b_whole = tp_hidden(T["k"], hs.comm * T["tpt"].f_link, hs.comm * T["tpt"].b_link, T["pc"].lin_f,
                                  T["pc"].lin_x, T["pc"].lin_xb, T["tp"], xp)
     assert not np.allclose(f + bw, f_whole + b_whole, rtol=1e-9)
+
+
+@SETTINGS
+@given(layout_=st.sampled_from(["even", "ends", "balanced"]), seed=st.integers(0, 2**31))
+def test_tp_overlap_adds_exactly_its_pieces_to_each_pass(layout_, seed):
+    """compute_pass under TP comm overlap, in every pipeline layout: the forward runs its GEMMs as
+    lin_x and the backward its input gradients as lin_xb (kernels.te_pieces), so against the same
+    rows without overlap each pass grows by exactly its pieces' extra time, the backward by the
+    forward's too under full recomputation (rows whose bottleneck rank is the same both ways;
+    selective recomputation re-runs the attention core only, no GEMM)."""
+    on, off = (scenario_of("llama3-70b", "metro-2bldg", (f"workload.tp_comm_overlap={o}",
+                                                         f"workload.pipeline_layout={layout_}")) for o in ("true", "false"))
+    b = SearchSpace(on).sample(256, seed=seed)
+    a, z = _terms(on, b)["pc"], _terms(off, b)["pc"]
+    same = np.broadcast_to(np.asarray(a.lin_f) == np.asarray(z.lin_f), np.shape(b["tp"]))
+    assert same.mean() > 0.9
+    full = np.asarray(b["recompute"]) == R_FULL
+    for x_on, x_off, extra in ((a.t_f, z.t_f, a.lin_x - a.lin_f),
+                               (a.t_b, z.t_b, a.lin_xb - a.lin_f + np.where(full, a.lin_x - a.lin_f, 0.0))):
+        d = np.broadcast_to(np.asarray(x_on) - np.asarray(x_off), same.shape)[same]
+        np.testing.assert_allclose(d, np.broadcast_to(extra, same.shape)[same], rtol=1e-9, atol=1e-12)
+    assert (np.asarray(a.t_w) == np.asarray(z.t_w)).all()
+
+
+def test_tp_hidden_budgets_and_floors():
+    """exchanges.tp_hidden on numbers: the forward hides behind its GEMMs in pieces (lin_x), the
+    backward behind its input gradients in pieces (lin_xb) and its weight gradients (lin_f); the
+    forward never below half a ring piece plus half a pipeline piece, the backward never below half
+    a ring piece; without overlap all of the link is exposed."""
+    from types import SimpleNamespace
+
+    from autotune.costmodel.constants import TE_PIPELINE_SPLIT_PIECES as P4
+    from autotune.costmodel.exchanges import tp_hidden
+    on, off = SimpleNamespace(tp_overlap=True), SimpleNamespace(tp_overlap=False)
+    assert tp_hidden(on, 10.0, 10.0, 1.0, 2.0, 3.0, 8.0, xp) == (8.0, 6.0)       # budget-bound both ways
+    f, b = tp_hidden(on, 10.0, 10.0, 100.0, 100.0, 100.0, 8.0, xp)               # GEMMs hide all but the floors
+    assert f == 10.0 * (0.5 / 8 + 0.5 / P4) and b == 10.0 * 0.5 / 8
+    assert tp_hidden(off, 10.0, 12.0, 1.0, 2.0, 3.0, 8.0, xp) == (10.0, 12.0)

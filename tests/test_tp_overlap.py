@@ -23,14 +23,15 @@ def _scen(overlap: bool, model="llama3-70b"):
 @given(tp=st.sampled_from([1, 2, 4, 8]), mb=st.sampled_from([1, 2, 4]),
        rec=st.sampled_from(["none", "selective", "full"]), model=st.sampled_from(["llama3-70b", "llama3-8b"]))
 def test_overlap_hides_at_most_all_but_one_chunk_and_costs_at_most_its_chunked_gemms(tp, mb, rec, model):
-    """Overlap never exposes more TP time, never less than one of tp chunks; its GEMMs run in
+    """Overlap never exposes more TP time, never less than half of one of tp pieces (the ring's
+    half of the collectives; exchanges.tp_hidden has the exact floor); its GEMMs run in
     pieces (kernels.te_pieces), never faster than whole, so the step gains at most the hidden TP
     time and loses at most the pieces' extra GEMM time."""
     cfg = Config(tp=tp, pp=1, dp=64 // tp, micro_batch=mb, recompute=rec, dp_flavour="zero1")
     b = batch_from_configs([cfg])
     off, on = (evaluate_batch(_scen(o, model), b, check=False) for o in (False, True))
     assert on["tp_comm_s"][0] <= off["tp_comm_s"][0]
-    assert on["tp_comm_s"][0] >= off["tp_comm_s"][0] / tp * (1 - 1e-12)
+    assert on["tp_comm_s"][0] >= off["tp_comm_s"][0] * 0.5 / tp * (1 - 1e-12)
     assert on["compute_s"][0] >= off["compute_s"][0] * (1 - 1e-12)
     gained = off["tp_comm_s"][0] - on["tp_comm_s"][0]
     lost = on["compute_s"][0] - off["compute_s"][0]

@@ -376,10 +376,10 @@ def expert_tp_gather_time(a2a_bytes, et, nvlink_Bps, ovh_scale, ll128: bool, xp)
     return xp.where(et > 1, tp_collective_time(a2a_bytes * et, et, nvlink_Bps, ovh_scale, ll128, xp), 0.0)
 
 
-def tp_exposed(link_s, gemm_s, tp, xp):
+def tp_exposed(link_s, gemm_s, floor_share, xp):
     """TP collectives' time left exposed by TransformerEngine's comm-GEMM overlap (Wang et al.,
     ASPLOS'23, "Overlap communication with dependent computation via decomposition"): each
-    all-gather / reduce-scatter is split into tp chunks exchanged in a ring while the adjacent
-    GEMM (``gemm_s`` of them in all) consumes the chunks present, so only the first chunk, or what
-    outlasts the GEMMs, stays exposed."""
-    return xp.maximum(link_s / tp, link_s - gemm_s)
+    collective is split into pieces exchanged while the adjacent GEMM (``gemm_s`` of them in all)
+    consumes or produces them, so what outlasts the GEMMs stays exposed, and never less than the
+    one piece that cannot overlap (``floor_share`` of the link time, ``exchanges.tp_hidden``)."""
+    return xp.maximum(link_s * floor_share, link_s - gemm_s)

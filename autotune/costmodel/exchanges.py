@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from . import constants as C
 from . import nccl as N
 from .collectives import tp_collective_time, tp_exposed
 from .recompute import tp_collectives_rerun
@@ -64,10 +65,15 @@ def tp_hidden(k, f_link, b_link, lin_f, lin_x, lin_xb, tp, xp):
     """(forward, backward) TP seconds exposed: all of the link time, or under TP comm overlap
     (WorkloadSpec.tp_comm_overlap) what the GEMMs beside it leave (``collectives.tp_exposed``):
     the forward's GEMMs as split (``lin_x``), the backward's input-gradient GEMMs as split
-    (``lin_xb``) and its weight-gradient GEMMs (``lin_f``)."""
+    (``lin_xb``) and its weight-gradient GEMMs (``lin_f``). The piece that cannot overlap follows
+    TransformerEngine's methods (``kernels.te_pieces``): in the forward, half the collectives are
+    ring all-gathers (one of tp pieces exposed) and half pipelined reduce-scatters (the last of
+    ``TE_PIPELINE_SPLIT_PIECES``); in the backward, half ride the ring (one of tp) and half run
+    in bulk beside a whole GEMM (no piece of their own)."""
     if not k.tp_overlap:
         return f_link, b_link
-    return tp_exposed(f_link, lin_x, tp, xp), tp_exposed(b_link, lin_xb + lin_f, tp, xp)
+    f_floor = 0.5 / tp + 0.5 / C.TE_PIPELINE_SPLIT_PIECES
+    return tp_exposed(f_link, lin_x, f_floor, xp), tp_exposed(b_link, lin_xb + lin_f, 0.5 / tp, xp)
 
 
 class CPTerms(NamedTuple):

@@ -48,8 +48,9 @@ def split_gemm_ratio(gemms, M, ridge: float, p: CostParams, out_weight=1.0):
     per GEMM, each run as ``pieces`` GEMMs of M / pieces rows (1: whole), on the isolated-kernel
     curve (``isolated_curve``): the work is the same, the smaller pieces run at a lower arithmetic
     intensity. A ratio of kernels, so the level (``gemm_efficiency_max``) and the peak cancel (peak 1
-    below). Measured on the H200 (``data/h200``, ``gemm_chunks``) tp pieces take 1.03-1.24x the
-    whole GEMM at GPT-3 175B's and MT-NLG 530B's tp-8 shapes, M 2,048-8,192."""
+    below). Measured on the H200 (``data/h200``, ``gemm_chunks``) at GPT-3 175B's and MT-NLG 530B's
+    tp-8 shapes, M 2,048-8,192, tp pieces take 0.99-1.64x the whole GEMM, 1.03-1.27x summed over
+    a layer's GEMMs."""
     q = isolated_curve(p)
     whole = pieces = 0.0
     for K, N, n in gemms:

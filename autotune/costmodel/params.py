@@ -144,10 +144,14 @@ def default_params() -> CostParams:
     return CostParams(**{k: float(v) for k, v in (data.get("params") or {}).items() if k in CostParams.names()})
 
 
-ZERO_ALLOWED = frozenset({"gemm_half_intensity_ridge_ratio", "attention_head_dim_half", "attention_seq_half",
+ZERO_ALLOWED = frozenset({"gemm_half_intensity_ridge_ratio", "isolated_gemm_half_intensity_ridge_ratio",
+                          "attention_head_dim_half", "attention_seq_half",
                           "fp8_gemm_speedup_realised", "nccl_overhead_scale", "dp_collective_scale",
                           "straggler_jitter"})
 """Parameters for which 0 means something (no effect, no cost); the others divide a time."""
+AT_LEAST_ONE = frozenset({"gemm_knee_sharpness", "isolated_gemm_knee_sharpness"})
+"""The GEMM curve's knees: 1 is the hyperbola, larger bends more sharply (``kernels.gemm_efficiency``);
+below 1 the curve's powers overflow for tiny exponents, and no kernel fit goes there."""
 
 
 def load_params_file(path: str) -> CostParams:
@@ -179,6 +183,8 @@ def load_params_file(path: str) -> CostParams:
         zero_ok = k in ZERO_ALLOWED
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0 or (v == 0 and not zero_ok):
             raise UserInputError(f"--params {path}: {k}", v, "a finite number >= 0" if zero_ok else "a finite number > 0")
+        if k in AT_LEAST_ONE and v < 1:
+            raise UserInputError(f"--params {path}: {k}", v, "a finite number >= 1 (1: the hyperbola)")
         out[k] = float(v)
     if "gemm_efficiency_max" in out and "framework_efficiency_megatron" not in out:
         out["framework_efficiency_megatron"] = 1.0

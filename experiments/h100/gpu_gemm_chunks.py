@@ -1,9 +1,10 @@
 """Dense GEMMs at the row counts TP comm overlap cuts them into, measured on one GPU.
 
-TransformerEngine's comm-GEMM overlap (WorkloadSpec.tp_comm_overlap) runs each TP-adjacent GEMM
-of a micro-batch of M tokens as tp GEMMs of M / tp rows against the whole weight, one per ring
-step; the cost model charges each at the efficiency of its own shape (costmodel/terms.py,
-``attn_lin_split``). gpu_kernels.py measures dense GEMMs at M >= 2,048 only; this script measures
+TransformerEngine's comm-GEMM overlap (WorkloadSpec.tp_comm_overlap) runs a TP-adjacent GEMM of
+a micro-batch of M tokens as pieces of M / pieces rows against the whole weight (tp pieces on its
+all-gather ring); the cost model charges the whole GEMM times what the split costs kernels run
+alone (costmodel/kernels.py, ``split_gemm_ratio`` and ``te_pieces``). gpu_kernels.py measures
+dense GEMMs at M >= 2,048 only; this script measures
 the layer GEMMs of GPT-3 175B, MT-NLG 530B (non-gated MLP, multi-head attention) and Llama-3
 8B / 70B (SwiGLU, GQA) under TP 1-8 at M = 128-8,192 (kind ``gemm``), and the tp chunks run back
 to back as the overlap runs them, without the communication (kind ``gemm_chunks``: M rows in all,
