@@ -58,8 +58,10 @@ def pass_compute(k, p, batch, lay, xp, mb, cp, tp, ep, et, rc) -> PassCompute:
     sel_core = 1.0 if "core_attn" in k.rc_modules else 0.0
     sel_rest = Ls_dense * ct.rc_dense + Ls_moe * ct.rc_moe
     fw = k.compute_scale
+    split = k.tp_overlap            # without TP overlap lin_x and lin_xb are lin_f: computed once
     if fw != 1.0:
-        lin_f, lin_x, lin_xb, core_f, elem_f, t_head = fw * lin_f, fw * lin_x, fw * lin_xb, fw * core_f, fw * elem_f, fw * t_head
+        lin_f, core_f, elem_f, t_head = fw * lin_f, fw * core_f, fw * elem_f, fw * t_head
+        lin_x, lin_xb = (fw * lin_x, fw * lin_xb) if split else (lin_f, lin_f)
         loss_f, loss_b, sel_rest = fw * loss_f, fw * loss_b, fw * sel_rest
     # the rank beside the head runs Ls_last layers and the head; the rank with the most layers,
     # Ls and no head (the same rank where the layout gives the head's stage a full share)
@@ -67,8 +69,8 @@ def pass_compute(k, p, batch, lay, xp, mb, cp, tp, ep, et, rc) -> PassCompute:
         lin_f_h, lin_x_h, lin_xb_h, core_f_h, elem_f_h, sel_rest_h = lin_f, lin_x, lin_xb, core_f, elem_f, sel_rest
     else:
         r = lay.Ls_last / Ls
-        lin_f_h, lin_x_h, lin_xb_h, core_f_h, elem_f_h, sel_rest_h = (r * lin_f, r * lin_x, r * lin_xb, r * core_f,
-                                                                      r * elem_f, r * sel_rest)
+        lin_f_h, core_f_h, elem_f_h, sel_rest_h = r * lin_f, r * core_f, r * elem_f, r * sel_rest
+        lin_x_h, lin_xb_h = (r * lin_x, r * lin_xb) if split else (lin_f_h, lin_f_h)
     full, sel = rc == R_FULL, rc == R_SELECTIVE
     layers_f = lin_x_h + core_f_h + elem_f_h
     t_f = layers_f + t_head + loss_f
@@ -83,6 +85,9 @@ def pass_compute(k, p, batch, lay, xp, mb, cp, tp, ep, et, rc) -> PassCompute:
     t_b_m = lin_xb + p.attention_backward_time_ratio * core_f + elem_f \
         + xp.where(full, t_f_m, xp.where(sel, sel_core * core_f + sel_rest, 0.0))
     head = t_f + t_b + lin_f_h + t_head >= t_f_m + t_b_m + lin_f
-    return PassCompute(ct, xp.where(head, lin_f_h, lin_f), xp.where(head, lin_x_h, lin_x), xp.where(head, lin_xb_h, lin_xb),
+    lin_f_sel = xp.where(head, lin_f_h, lin_f)
+    lin_x_sel, lin_xb_sel = ((xp.where(head, lin_x_h, lin_x), xp.where(head, lin_xb_h, lin_xb)) if split
+                             else (lin_f_sel, lin_f_sel))
+    return PassCompute(ct, lin_f_sel, lin_x_sel, lin_xb_sel,
                        xp.where(head, core_f_h, core_f), xp.where(head, t_f, t_f_m), xp.where(head, t_b, t_b_m),
                        xp.where(head, t_w, lin_f))
