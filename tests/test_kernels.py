@@ -278,3 +278,18 @@ def test_kernel_check_scores_the_split_ratio_on_chunks_that_are_not_launch_bound
     want = 100.0 * (split_gemm_ratio([(12288.0, 4608.0, 8)], 2048.0, g.ridge, p) / 2.5 - 1.0)
     assert out["n"] == 1 and out["median_signed_err_pct"] == pytest.approx(want, rel=1e-12)
     assert split_ratios([chunks], p, g) is None                  # no whole GEMM measured: nothing to score
+
+
+def test_selective_recomputation_reruns_the_mlp_as_the_forward_ran_it():
+    """recompute_modules with mlp under TP comm overlap: the re-run MLP forward is the MLP in its
+    forward pieces (mlp_dense_split), as the forward ran it; without overlap the whole MLP."""
+    from autotune.costmodel.scenario_consts import scenario_consts
+    from autotune.costmodel.terms import compute_terms
+    from autotune.costmodel.xp import NUMPY as xp
+    p = default_params()
+    for overlap in ("true", "false"):
+        base, mlp = (build_scenario("llama3-70b", "metro-2bldg", overrides=[
+            f"workload.tp_comm_overlap={overlap}", f"workload.recompute_modules={mods}"]) for mods in ("core_attn", "core_attn,mlp"))
+        a, b = (compute_terms(scenario_consts(s, p), p, 1.0, 1.0, 8.0, 1.0, 0.0, xp) for s in (base, mlp))
+        assert float(b.rc_dense - a.rc_dense) == pytest.approx(float(b.mlp_dense_split), rel=1e-12)
+        assert (float(b.mlp_dense_split) > float(b.mlp_dense)) == (overlap == "true")

@@ -176,7 +176,7 @@ def compute_terms(k: ScenarioConsts, p: CostParams, mb, cp, tp, ep, et, xp) -> C
     if "mla_up_proj" in mods:
         for K_, N_ in k.mla_up_gemms:
             attn_rc = attn_rc + gemm_time(tok, K_, N_ / tp)
-    rc_dense = attn_rc + (mlp_dense if "mlp" in mods else 0.0)
+    rc_dense = attn_rc + (mlp_split if "mlp" in mods else 0.0)     # re-run as the forward ran it
     rc_moe = attn_rc + norm + (moe_lin + moe_permute + moe_act if "moe" in mods else
                                moe_act * ("moe_act" in mods) + shared * ("shared_experts" in mods))
     return ComputeTerms(attn_lin, mlp_dense, moe_lin, core, elem, moe_permute, head, attn_split, mlp_split,
