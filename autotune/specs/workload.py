@@ -112,7 +112,8 @@ class WorkloadSpec(BaseModel):
         "default: the framework class's own (nanotron balanced, the others even)")
     tp_comm_overlap: bool = Field(default=False, description="tensor-parallel collectives overlapped with "
                                   "their GEMMs (TransformerEngine userbuffers, Megatron --tp-comm-overlap): "
-                                  "only what outlasts the layer's GEMMs, and at least one of tp chunks, is exposed")
+                                  "only what outlasts the layer's GEMMs, and at least the piece that cannot "
+                                  "overlap, is exposed")
     ep_comm_overlap: bool = Field(default=False, description="expert-parallel all-to-all of one micro-batch "
                                   "overlapped with another micro-batch's compute (Megatron-Core "
                                   "--overlap-moe-expert-parallel-comm, the DualPipe idea in 1F1B): the dispatch "
