@@ -118,27 +118,27 @@ def compute_terms(k: ScenarioConsts, p: CostParams, mb, cp, tp, ep, et, xp) -> C
 
     def gemm_time(M, K, N):
         return gemm_time_s(M, K, N, k.peak_lin, k.ridge, p, k.gemm_out_weight)
-    def attn_gemms(M):
-        t = 0.0
-        for K_, N_, split in k.attn_gemms:          # ModelSpec.attn_gemms: 2 for GQA, 4-5 for MLA
-            t = t + gemm_time(M, K_ / tp if split == "K" else K_, N_ / tp if split == "N" else N_)
-        return t
-    up_n = (k.mlp_mats - 1.0) * k.ffn / tp              # fused gate+up for SwiGLU
+    # the blocks' GEMMs as (K, N, tp-split dimension) on one TP rank: ModelSpec.attn_gemms (2 for
+    # GQA, 4-5 for MLA) and the MLP (fused gate+up for SwiGLU, then down)
+    attn_kn = [(K_ / tp if s_ == "K" else K_, N_ / tp if s_ == "N" else N_, s_) for K_, N_, s_ in k.attn_gemms]
+    up_n = (k.mlp_mats - 1.0) * k.ffn / tp
+    mlp_kn = [(k.h, up_n, "N"), (k.ffn / tp, k.h, "K")]
 
-    def mlp_gemms(M):
-        return gemm_time(M, k.h, up_n) + gemm_time(M, k.ffn / tp, k.h)
-    attn_lin, mlp_dense = attn_gemms(tok), mlp_gemms(tok)
+    def block_time(kn, M):
+        t = 0.0
+        for K_, N_, _ in kn:
+            t = t + gemm_time(M, K_, N_)
+        return t
+    attn_lin, mlp_dense = block_time(attn_kn, tok), block_time(mlp_kn, tok)
     # TransformerEngine's comm-GEMM overlap (WorkloadSpec.tp_comm_overlap; Wang et al., ASPLOS'23)
     # runs TP-adjacent GEMMs in pieces: the same FLOPs at a smaller GEMM's efficiency, charged as the
     # block's in-step time times what the split costs kernels run alone (kernels.split_gemm_ratio)
     if k.tp_overlap:
-        w = k.gemm_out_weight
-        attn_kn = [(K_ / tp if s_ == "K" else K_, N_ / tp if s_ == "N" else N_, s_) for K_, N_, s_ in k.attn_gemms]
-        mlp_kn = [(k.h, up_n, "N"), (k.ffn / tp, k.h, "K")]
-        attn_split = attn_lin * xp.where(tp > 1, split_gemm_ratio(te_pieces(attn_kn, tp, True), tok, k.ridge, p, w), 1.0)
-        mlp_split = mlp_dense * xp.where(tp > 1, split_gemm_ratio(te_pieces(mlp_kn, tp, True), tok, k.ridge, p, w), 1.0)
-        attn_split_b = attn_lin * xp.where(tp > 1, split_gemm_ratio(te_pieces(attn_kn, tp, False), tok, k.ridge, p, w), 1.0)
-        mlp_split_b = mlp_dense * xp.where(tp > 1, split_gemm_ratio(te_pieces(mlp_kn, tp, False), tok, k.ridge, p, w), 1.0)
+        def in_pieces(whole, kn, forward):
+            ratio = split_gemm_ratio(te_pieces(kn, tp, forward), tok, k.ridge, p, k.gemm_out_weight)
+            return whole * xp.where(tp > 1, ratio, 1.0)
+        attn_split, attn_split_b = in_pieces(attn_lin, attn_kn, True), in_pieces(attn_lin, attn_kn, False)
+        mlp_split, mlp_split_b = in_pieces(mlp_dense, mlp_kn, True), in_pieces(mlp_dense, mlp_kn, False)
     else:
         attn_split = attn_split_b = attn_lin
         mlp_split = mlp_split_b = mlp_dense
