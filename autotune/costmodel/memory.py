@@ -78,7 +78,11 @@ def act_per_microbatch(k: ScenarioConsts, rc, tok, tp, ep, Ls, Ls_dense, Ls_moe,
     gating, 5 a s^2 b of scores where unfused); an MoE layer keeps, per routed copy of a token
     (top_k x the imbalance factor), its permuted input for the expert's first GEMM and its expert
     output for the gradient of its routing probability (2 x h, ``ACT_MOE_ROUTED_COPY_*``) and the
-    expert's intermediates (the MLP's bytes less its input, at the expert's width): with many
+    expert's intermediates (the MLP's bytes less its input, at the expert's width). Under fp8
+    (``ACT_FP8_GEMM_INPUT_CUT_SHARE``) the inputs TransformerEngine keeps for weight gradients are
+    1 B: the QKV projection's normed input (MLA: the up projections' normed latents; its down
+    projections keep 16 bits), fc1's normed input and fc2's input of a dense MLP, each routed
+    copy's permuted input and fc2 input, a shared expert's fc2 input. With many
     small experts the copies dominate (Megatron-Core's permuted tokens; top-8 of 2,048-wide
     experts at h = 6,144 keeps 2.6x what scaling the dense MLP by width gave). Selective
     recomputation drops what its modules keep (WorkloadSpec.recompute_modules, Megatron-Core's
@@ -101,22 +105,26 @@ def act_per_microbatch(k: ScenarioConsts, rc, tok, tp, ep, Ls, Ls_dense, Ls_moe,
         mlp_dense_k = k.ffn * swiglu / (4 * k.h)
         width_e = k.ffn_e * swiglu / (4 * k.h)
         inner = C.ACT_MLP_BYTES_PER_TOKEN_HIDDEN - C.ACT_MLP_INPUT_BYTES_PER_TOKEN_HIDDEN
+        # fp8 (``fp8_input_cut``): the GEMM inputs kept for the weight gradients at 1 B (constants)
+        cut, fc2_in_e = k.fp8_input_cut, C.ACT_MLP_FC2_INPUT_BYTES_PER_TOKEN_HIDDEN * k.ffn_e / (4 * k.h)
+        in_cut = cut * C.ACT_MLP_INPUT_BYTES_PER_TOKEN_HIDDEN      # a normed or permuted h-wide input
+        mlp_dense = C.ACT_MLP_BYTES_PER_TOKEN_HIDDEN * mlp_dense_k - in_cut \
+            - cut * C.ACT_MLP_FC2_INPUT_BYTES_PER_TOKEN_HIDDEN * k.ffn / (4 * k.h)
         mlp_moe = C.ACT_MOE_INPUT_BYTES_PER_TOKEN_HIDDEN + k.top_k * load * (
-            C.ACT_MOE_ROUTED_COPY_ELEMS_PER_TOKEN_HIDDEN * C.ACTIVATION_BYTES + inner * width_e) \
-            + k.shared * C.ACT_MLP_BYTES_PER_TOKEN_HIDDEN * width_e
-        attn = C.ACT_ATTN_MASK_AND_NORMS_BYTES_PER_TOKEN_HIDDEN + C.ACTIVATION_BYTES * k.attn_act_elems / k.h
-        act_lin = act_scale * tok * k.h / tp * (attn * Ls
-                                                + C.ACT_MLP_BYTES_PER_TOKEN_HIDDEN * Ls_dense * mlp_dense_k
-                                                + Ls_moe * mlp_moe)
+            C.ACT_MOE_ROUTED_COPY_ELEMS_PER_TOKEN_HIDDEN * C.ACTIVATION_BYTES + inner * width_e
+            - in_cut - cut * fc2_in_e) + k.shared * (C.ACT_MLP_BYTES_PER_TOKEN_HIDDEN * width_e - cut * fc2_in_e)
+        attn = C.ACT_ATTN_MASK_AND_NORMS_BYTES_PER_TOKEN_HIDDEN + C.ACTIVATION_BYTES * (
+            k.attn_act_elems - cut * ((1.0 - k.mla) * k.h + k.mla_latent_elems)) / k.h
+        act_lin = act_scale * tok * k.h / tp * (attn * Ls + mlp_dense * Ls_dense + Ls_moe * mlp_moe)
         mods = k.rc_modules
-        routed_moe = k.top_k * load * C.ACT_MLP_FC2_INPUT_BYTES_PER_TOKEN_HIDDEN * k.ffn_e / (4 * k.h)
-        shared_moe = k.shared * inner * width_e
+        routed_moe = k.top_k * load * (1.0 - cut) * fc2_in_e
+        shared_moe = k.shared * (inner * width_e - cut * fc2_in_e)
         # layernorm drops the separate norms' outputs (MLA's input norm, an MoE layer's pre-MLP norm:
         # the MoE block's input); moe keeps that input as its checkpoint's; a fused dense MLP's
         # checkpoint drops all of its 19 sbh (fc1's normed input is computed inside it)
         dropped = (C.ACT_NORM_OUTPUT_BYTES_PER_TOKEN_HIDDEN * (Ls * k.mla + Ls_moe) * ("layernorm" in mods)
                    + C.ACTIVATION_BYTES * k.mla_up_elems / k.h * Ls * ("mla_up_proj" in mods)
-                   + C.ACT_MLP_BYTES_PER_TOKEN_HIDDEN * mlp_dense_k * Ls_dense * ("mlp" in mods)
+                   + mlp_dense * Ls_dense * ("mlp" in mods)
                    + Ls_moe * ((mlp_moe - C.ACT_MOE_INPUT_BYTES_PER_TOKEN_HIDDEN) if "moe" in mods else
                                routed_moe * ("moe_act" in mods) + shared_moe * ("shared_experts" in mods)))
         act_sel = act_lin - act_scale * tok * k.h / tp * dropped

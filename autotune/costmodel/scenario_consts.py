@@ -67,6 +67,8 @@ class ScenarioConsts:
     attn_act_elems: float = 0.0  # elements per token the attention block's GEMMs and core keep (ModelSpec)
     mla_up_elems: float = 0.0    # of them, MLA's up-projected queries, keys and values (mla_up_proj)
     mla: float = 0.0             # 1.0 for multi-latent attention (its input norm is a separate module)
+    mla_latent_elems: float = 0.0  # MLA's normed latents per token, the up projections' inputs (q_lora + kv_lora)
+    fp8_input_cut: float = 0.0   # share of a GEMM input's 16-bit bytes not kept (fp8: ACT_FP8_GEMM_INPUT_CUT_SHARE)
     mla_up_gemms: tuple = ()     # MLA's up projections as (K, N) per token, N split by TP
     adam_traffic_bytes: float = C.ADAM_STEP_TRAFFIC_BYTES_PER_PARAM   # per owned parameter (WorkloadSpec.optimizer_moments)
     bucket_min_bytes: float = C.DEFAULT_BUCKET_BYTES   # the framework's default gradient bucket (framework_bucket)
@@ -263,6 +265,8 @@ def _compute_consts(scenario: Scenario, params: CostParams) -> ScenarioConsts:
         q_width=float(m.n_heads * m.qk_head_dim), v_out_width=float(m.n_heads * m.v_dim),
         attn_act_elems=m.attention_saved_elems, mla_up_elems=m.mla_up_elems, mla_up_gemms=m.mla_up_gemms,
         mla=1.0 if m.attention == "mla" else 0.0,
+        mla_latent_elems=float(m.q_lora_rank + m.kv_lora_rank) if m.attention == "mla" else 0.0,
+        fp8_input_cut=C.ACT_FP8_GEMM_INPUT_CUT_SHARE if scenario.precision == "fp8" else 0.0,
         **framework_bucket(scenario.workload.framework,
                            C.FP32_BYTES if scenario.workload.resolved_grad_reduce_dtype == "fp32" else C.ACTIVATION_BYTES),
         one_bucket_without_overlap=scenario.workload.framework in C.ONE_BUCKET_WITHOUT_OVERLAP_FRAMEWORKS,
