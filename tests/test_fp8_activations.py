@@ -98,3 +98,49 @@ def test_fp8_never_keeps_more_than_bf16(model, cfg, mods):
     b = evaluate(build_scenario(model, "single-building", gpus=64, overrides=over + ["workload.precision=fp8"]),
                  cfg, check=False)
     assert b.memory_per_gpu_bytes <= a.memory_per_gpu_bytes * (1 + 1e-12)
+
+
+def _sel(model, precision, mods, tok, tp, ep=1, extra=()):
+    return _acts(model, precision, R_SELECTIVE, tok, tp, ep,
+                 overrides=[f"workload.recompute_modules={','.join(mods)}", *extra])
+
+
+def test_a_recomputed_module_drops_only_what_fp8_kept():
+    """A module that recomputes drops the bytes the run kept: under fp8 the 1-byte copies, so the
+    bf16 - fp8 gap is what the modules left kept (each case's gap derived by hand)."""
+    tok = 4096.0
+    scen, (b, _) = _sel("llama3-8b", "bf16", ("core_attn", "mlp"), tok, 1)
+    _, (f, _) = _sel("llama3-8b", "fp8", ("core_attn", "mlp"), tok, 1)
+    m = scen.model
+    assert b - f == pytest.approx(tok * m.hidden * m.n_layers, rel=1e-12)     # the QKV input alone
+    one = ["model.moe_shared_experts=1"]
+    gaps = {}
+    for mods in (("core_attn", "moe_act"), ("core_attn", "moe"), ("core_attn", "shared_experts")):
+        scen, (b, _) = _sel("mixtral-8x7b", "bf16", mods, tok, 1, 8, one)
+        _, (f, _) = _sel("mixtral-8x7b", "fp8", mods, tok, 1, 8, one)
+        gaps[mods[1]] = (b - f) / (tok * scen.model.n_layers)
+    m, copies = scen.model, scen.model.moe_top_k * _acts.load
+    assert gaps["moe_act"] == pytest.approx(m.hidden + copies * m.hidden + m.moe_ffn_hidden, rel=1e-9)
+    assert gaps["moe"] == pytest.approx(m.hidden, rel=1e-9)
+    assert gaps["shared_experts"] == pytest.approx(m.hidden + copies * (m.hidden + m.moe_ffn_hidden), rel=1e-9)
+
+
+def test_offloaded_gemm_inputs_move_as_their_one_byte_copies():
+    from autotune.costmodel.memory import offload_bytes
+    out = {}
+    for prec in ("bf16", "fp8"):
+        for mods in ("expert_fc1", "moe_act"):
+            scen = build_scenario("mixtral-8x7b", "single-building", gpus=64, overrides=[
+                f"workload.precision={prec}", f"workload.offload_modules={mods}"])
+            k = scenario_consts(scen, default_params())
+            out[prec, mods] = offload_bytes(k, R_SELECTIVE, 4096.0, 1, 8, 32.0, 32.0, SCALAR)
+    assert out["fp8", "expert_fc1"][0] == pytest.approx(0.5 * out["bf16", "expert_fc1"][0], rel=1e-12)
+    assert out["fp8", "moe_act"] == out["bf16", "moe_act"]       # fc1's output stays 16-bit
+
+
+def test_a_narrow_ffn_never_keeps_less_than_nothing():
+    """An FFN far narrower than h (512 at h 4,096): recomputing the MLP never adds memory."""
+    narrow = ["model.ffn_hidden=512"]
+    _, (a, _) = _sel("llama3-8b", "fp8", ("core_attn",), 4096.0, 1, extra=narrow)
+    _, (b, _) = _sel("llama3-8b", "fp8", ("core_attn", "mlp"), 4096.0, 1, extra=narrow)
+    assert 0 < b <= a

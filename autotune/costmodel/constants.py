@@ -51,10 +51,12 @@ ACT_FP8_GEMM_INPUT_CUT_SHARE = 0.5
 saves the input a Linear, LayerNormLinear (its ln_out) or GroupedLinear needs for its weight gradient
 as one quantized copy, 1 B an element (the transpose or columnwise data only: delayed and current
 scaling on Hopper, MXFP8 on Blackwell; module/linear.py, layernorm_linear.py, grouped_linear.py,
-``update_usage(rowwise_usage=False)``), where bf16 keeps 2 B. Megatron-Core keeps 16-bit inputs where
-it sets ``save_original_input`` (MLA's down projections, the shared experts, the output projection
-under non-delayed recipes, whose input the attention keeps anyway); under delayed scaling the
-output projection adds a 1-byte copy of the attention output, not charged here."""
+``update_usage(rowwise_usage=False)``), where bf16 keeps 2 B. Not cut: MLA's down-projection input (its
+two projections keep a 1-byte copy each in Megatron-Core's unfused layout), the shared experts' fc1
+input (``save_original_input`` on TransformerEngine >= 2.6: the MoE block's input, kept anyway), the
+output projection's input under non-delayed recipes (``save_original_input``: the attention output,
+which the attention keeps); under delayed scaling that projection adds a 1-byte copy of the attention
+output, not charged here."""
 # what each of Megatron-Core's --recompute-modules drops (recompute = selective), in Korthikanti's
 # per-token units (bytes per token per hidden unit at a 4h FFN width):
 ACT_NORM_OUTPUT_BYTES_PER_TOKEN_HIDDEN = 2.0  # layernorm: a separate norm's bf16 output (TransformerEngine

@@ -80,9 +80,10 @@ def act_per_microbatch(k: ScenarioConsts, rc, tok, tp, ep, Ls, Ls_dense, Ls_moe,
     output for the gradient of its routing probability (2 x h, ``ACT_MOE_ROUTED_COPY_*``) and the
     expert's intermediates (the MLP's bytes less its input, at the expert's width). Under fp8
     (``ACT_FP8_GEMM_INPUT_CUT_SHARE``) the inputs TransformerEngine keeps for weight gradients are
-    1 B: the QKV projection's normed input (MLA: the up projections' normed latents; its down
-    projections keep 16 bits), fc1's normed input and fc2's input of a dense MLP, each routed
-    copy's permuted input and fc2 input, a shared expert's fc2 input. With many
+    1 B: the QKV projection's normed input (MLA: the up projections' normed latents; its two
+    down projections keep a 1-byte copy each of the same input, 2 B), fc1's normed input and
+    fc2's input of a dense MLP, each routed copy's permuted input and fc2 input, a shared
+    expert's fc2 input. With many
     small experts the copies dominate (Megatron-Core's permuted tokens; top-8 of 2,048-wide
     experts at h = 6,144 keeps 2.6x what scaling the dense MLP by width gave). Selective
     recomputation drops what its modules keep (WorkloadSpec.recompute_modules, Megatron-Core's
@@ -108,8 +109,9 @@ def act_per_microbatch(k: ScenarioConsts, rc, tok, tp, ep, Ls, Ls_dense, Ls_moe,
         # fp8 (``fp8_input_cut``): the GEMM inputs kept for the weight gradients at 1 B (constants)
         cut, fc2_in_e = k.fp8_input_cut, C.ACT_MLP_FC2_INPUT_BYTES_PER_TOKEN_HIDDEN * k.ffn_e / (4 * k.h)
         in_cut = cut * C.ACT_MLP_INPUT_BYTES_PER_TOKEN_HIDDEN      # a normed or permuted h-wide input
-        mlp_dense = C.ACT_MLP_BYTES_PER_TOKEN_HIDDEN * mlp_dense_k - in_cut \
-            - cut * C.ACT_MLP_FC2_INPUT_BYTES_PER_TOKEN_HIDDEN * k.ffn / (4 * k.h)
+        # (at zero: an FFN narrower than about h / 6 keeps less at width than fc1's h-wide input)
+        mlp_dense = xp.maximum(C.ACT_MLP_BYTES_PER_TOKEN_HIDDEN * mlp_dense_k - in_cut
+                               - cut * C.ACT_MLP_FC2_INPUT_BYTES_PER_TOKEN_HIDDEN * k.ffn / (4 * k.h), 0.0)
         mlp_moe = C.ACT_MOE_INPUT_BYTES_PER_TOKEN_HIDDEN + k.top_k * load * (
             C.ACT_MOE_ROUTED_COPY_ELEMS_PER_TOKEN_HIDDEN * C.ACTIVATION_BYTES + inner * width_e
             - in_cut - cut * fc2_in_e) + k.shared * (C.ACT_MLP_BYTES_PER_TOKEN_HIDDEN * width_e - cut * fc2_in_e)
@@ -162,8 +164,11 @@ def offload_bytes(k: ScenarioConsts, rc, tok, tp, ep, Ls, Ls_moe, xp):
     norm), expert_fc1 h per routed copy (top_k x the busiest rank's load), moe_act fc1's output
     ((mlp_mats - 1) ffn_e per copy), fused_group_mlp both and fc2's input (ffn_e per copy); less
     what selective recomputation drops already (on MLA: mla_up_proj's queries, keys and values,
-    layernorm's input-norm output). Nothing under full recomputation, which keeps only each
-    layer's input."""
+    layernorm's input-norm output). Under fp8 a GEMM input moves as the 1-byte copy
+    ``act_per_microbatch`` keeps (qkv_linear off MLA, expert_fc1, fused_group_mlp's fc1 and fc2
+    inputs); Megatron-Core on Hopper keeps expert_fc1's input at 16 bits when it offloads it
+    (save_original_input): the same bytes freed, a copy twice as long, not charged. Nothing under
+    full recomputation, which keeps only each layer's input."""
     off = k.offload
     if not off:
         return 0.0, 0.0
@@ -171,13 +176,14 @@ def offload_bytes(k: ScenarioConsts, rc, tok, tp, ep, Ls, Ls_moe, xp):
     # queries, keys and values (mla_up_proj: core_attn's input) and its input norm's output
     # (layernorm: qkv_linear's input on an MLA layer)
     sel = rc == R_SELECTIVE
-    qkv_in = k.h * (1.0 - xp.where(sel, k.mla * ("layernorm" in k.rc_modules), 0.0))
+    cut = k.fp8_input_cut
+    qkv_in = k.h * (1.0 - xp.where(sel, k.mla * ("layernorm" in k.rc_modules), 0.0)) * (1.0 - cut * (1.0 - k.mla))
     core_in = k.q_width + k.kv_width - xp.where(sel, k.mla_up_elems * ("mla_up_proj" in k.rc_modules), 0.0)
     attn = (k.h * k.mla * ("attn_norm" in off) + qkv_in * ("qkv_linear" in off)
             + xp.maximum(core_in, 0.0) * ("core_attn" in off) + k.v_out_width * ("attn_proj" in off))
     fused = "fused_group_mlp" in off
-    per_copy = (k.h * ("expert_fc1" in off or fused) + (k.mlp_mats - 1.0) * k.ffn_e * ("moe_act" in off or fused)
-                + k.ffn_e * fused)
+    per_copy = ((1.0 - cut) * k.h * ("expert_fc1" in off or fused)
+                + (k.mlp_mats - 1.0) * k.ffn_e * ("moe_act" in off or fused) + (1.0 - cut) * k.ffn_e * fused)
     moe = k.h * ("mlp_norm" in off) + k.top_k * ep_load(k, ep, xp) * per_copy if k.experts else 0.0
     scale = k.wire_bytes * tok / tp          # bytes per element: 16-bit, fp32 twice
     per_mb = scale * (attn * Ls + moe * Ls_moe)
