@@ -23,17 +23,17 @@ def _acts(model: str, precision: str, rc: int, tok: float, tp: int, ep: int = 1,
     k = scenario_consts(scen, default_params())
     m = scen.model
     n_moe = m.n_moe_layers
-    _acts.load = float(ep_load(k, ep, SCALAR))     # the busiest EP rank's routed copies over the mean
+    load = float(ep_load(k, ep, SCALAR))     # the busiest EP rank's routed copies over the mean
     return scen, act_per_microbatch(k, rc, tok, tp, ep, float(m.n_layers), float(m.n_layers - n_moe),
-                                    float(n_moe), SCALAR)
+                                    float(n_moe), SCALAR), load
 
 
 def test_a_dense_layer_keeps_its_three_gemm_inputs_at_one_byte():
     """Llama-3 8B (h 4,096, FFN 14,336, GQA): the QKV projection's normed input (h), fc1's normed
     input (h) and fc2's input (the FFN's width) each keep 1 B instead of 2; nothing else changes."""
     tok, tp = 8192.0, 2
-    scen, (bf16, bf16_layer) = _acts("llama3-8b", "bf16", R_NONE, tok, tp)
-    _, (fp8, fp8_layer) = _acts("llama3-8b", "fp8", R_NONE, tok, tp)
+    scen, (bf16, bf16_layer), _ = _acts("llama3-8b", "bf16", R_NONE, tok, tp)
+    _, (fp8, fp8_layer), _ = _acts("llama3-8b", "fp8", R_NONE, tok, tp)
     m = scen.model
     per_token_layer = 1.0 * (m.hidden + m.hidden + m.ffn_hidden)      # bytes each no longer keeps
     assert bf16 - fp8 == pytest.approx(tok / tp * per_token_layer * m.n_layers, rel=1e-12)
@@ -41,8 +41,8 @@ def test_a_dense_layer_keeps_its_three_gemm_inputs_at_one_byte():
 
 
 def test_full_recomputation_keeps_the_16_bit_layer_input_either_way():
-    _, (bf16, _) = _acts("llama3-8b", "bf16", R_FULL, 4096.0, 1)
-    _, (fp8, _) = _acts("llama3-8b", "fp8", R_FULL, 4096.0, 1)
+    _, (bf16, _), _ = _acts("llama3-8b", "bf16", R_FULL, 4096.0, 1)
+    _, (fp8, _), _ = _acts("llama3-8b", "fp8", R_FULL, 4096.0, 1)
     assert bf16 == fp8
 
 
@@ -51,10 +51,10 @@ def test_an_moe_layer_keeps_each_routed_copys_inputs_at_one_byte():
     and fc2's input (the expert's width) halve, on the busiest EP rank's copies (``ep_load``); the
     attention's QKV input as in a dense layer."""
     tok, tp, ep = 4096.0, 1, 8
-    scen, (bf16, _) = _acts("mixtral-8x7b", "bf16", R_NONE, tok, tp, ep)
-    _, (fp8, _) = _acts("mixtral-8x7b", "fp8", R_NONE, tok, tp, ep)
+    scen, (bf16, _), load = _acts("mixtral-8x7b", "bf16", R_NONE, tok, tp, ep)
+    _, (fp8, _), load = _acts("mixtral-8x7b", "fp8", R_NONE, tok, tp, ep)
     m = scen.model
-    routed = m.moe_top_k * _acts.load * (m.hidden + m.moe_ffn_hidden)
+    routed = m.moe_top_k * load * (m.hidden + m.moe_ffn_hidden)
     assert bf16 - fp8 == pytest.approx(tok / tp * (m.hidden + routed) * m.n_layers, rel=1e-9)
 
 
@@ -62,13 +62,13 @@ def test_mla_keeps_its_down_projections_input_at_16_bits():
     """DeepSeek-V3: Megatron-Core saves MLA's down projections' input at 16 bits
     (save_original_input); only the up projections' normed latents (q_lora + kv_lora) drop to 1 B."""
     tok = 4096.0
-    scen, (bf16, _) = _acts("deepseek-v3", "bf16", R_NONE, tok, 1, 8)
-    _, (fp8, _) = _acts("deepseek-v3", "fp8", R_NONE, tok, 1, 8)
+    scen, (bf16, _), load = _acts("deepseek-v3", "bf16", R_NONE, tok, 1, 8)
+    _, (fp8, _), load = _acts("deepseek-v3", "fp8", R_NONE, tok, 1, 8)
     m = scen.model
     n_moe = m.n_moe_layers
     attn = m.q_lora_rank + m.kv_lora_rank
     dense = m.hidden + m.ffn_hidden
-    routed = m.moe_top_k * _acts.load * (m.hidden + m.moe_ffn_hidden) + m.moe_shared_experts * m.moe_ffn_hidden
+    routed = m.moe_top_k * load * (m.hidden + m.moe_ffn_hidden) + m.moe_shared_experts * m.moe_ffn_hidden
     expected = tok * (attn * m.n_layers + dense * (m.n_layers - n_moe) + routed * n_moe)
     assert bf16 - fp8 == pytest.approx(expected, rel=1e-9)
 
@@ -109,17 +109,17 @@ def test_a_recomputed_module_drops_only_what_fp8_kept():
     """A module that recomputes drops the bytes the run kept: under fp8 the 1-byte copies, so the
     bf16 - fp8 gap is what the modules left kept (each case's gap derived by hand)."""
     tok = 4096.0
-    scen, (b, _) = _sel("llama3-8b", "bf16", ("core_attn", "mlp"), tok, 1)
-    _, (f, _) = _sel("llama3-8b", "fp8", ("core_attn", "mlp"), tok, 1)
+    scen, (b, _), _ = _sel("llama3-8b", "bf16", ("core_attn", "mlp"), tok, 1)
+    _, (f, _), _ = _sel("llama3-8b", "fp8", ("core_attn", "mlp"), tok, 1)
     m = scen.model
     assert b - f == pytest.approx(tok * m.hidden * m.n_layers, rel=1e-12)     # the QKV input alone
     one = ["model.moe_shared_experts=1"]
     gaps = {}
     for mods in (("core_attn", "moe_act"), ("core_attn", "moe"), ("core_attn", "shared_experts")):
-        scen, (b, _) = _sel("mixtral-8x7b", "bf16", mods, tok, 1, 8, one)
-        _, (f, _) = _sel("mixtral-8x7b", "fp8", mods, tok, 1, 8, one)
+        scen, (b, _), load = _sel("mixtral-8x7b", "bf16", mods, tok, 1, 8, one)
+        _, (f, _), load = _sel("mixtral-8x7b", "fp8", mods, tok, 1, 8, one)
         gaps[mods[1]] = (b - f) / (tok * scen.model.n_layers)
-    m, copies = scen.model, scen.model.moe_top_k * _acts.load
+    m, copies = scen.model, scen.model.moe_top_k * load
     assert gaps["moe_act"] == pytest.approx(m.hidden + copies * m.hidden + m.moe_ffn_hidden, rel=1e-9)
     assert gaps["moe"] == pytest.approx(m.hidden, rel=1e-9)
     assert gaps["shared_experts"] == pytest.approx(m.hidden + copies * (m.hidden + m.moe_ffn_hidden), rel=1e-9)
@@ -141,6 +141,6 @@ def test_offloaded_gemm_inputs_move_as_their_one_byte_copies():
 def test_a_narrow_ffn_never_keeps_less_than_nothing():
     """An FFN far narrower than h (512 at h 4,096): recomputing the MLP never adds memory."""
     narrow = ["model.ffn_hidden=512"]
-    _, (a, _) = _sel("llama3-8b", "fp8", ("core_attn",), 4096.0, 1, extra=narrow)
-    _, (b, _) = _sel("llama3-8b", "fp8", ("core_attn", "mlp"), 4096.0, 1, extra=narrow)
+    _, (a, _), _ = _sel("llama3-8b", "fp8", ("core_attn",), 4096.0, 1, extra=narrow)
+    _, (b, _), _ = _sel("llama3-8b", "fp8", ("core_attn", "mlp"), 4096.0, 1, extra=narrow)
     assert 0 < b <= a

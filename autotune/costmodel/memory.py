@@ -107,11 +107,12 @@ def act_per_microbatch(k: ScenarioConsts, rc, tok, tp, ep, Ls, Ls_dense, Ls_moe,
         width_e = k.ffn_e * swiglu / (4 * k.h)
         inner = C.ACT_MLP_BYTES_PER_TOKEN_HIDDEN - C.ACT_MLP_INPUT_BYTES_PER_TOKEN_HIDDEN
         # fp8 (``fp8_input_cut``): the GEMM inputs kept for the weight gradients at 1 B (constants)
-        cut, fc2_in_e = k.fp8_input_cut, C.ACT_MLP_FC2_INPUT_BYTES_PER_TOKEN_HIDDEN * k.ffn_e / (4 * k.h)
+        cut = k.fp8_input_cut
+        fc2_in_d, fc2_in_e = (C.ACT_MLP_FC2_INPUT_BYTES_PER_TOKEN_HIDDEN * f / (4 * k.h) for f in (k.ffn, k.ffn_e))
         in_cut = cut * C.ACT_MLP_INPUT_BYTES_PER_TOKEN_HIDDEN      # a normed or permuted h-wide input
-        # (at zero: an FFN narrower than about h / 6 keeps less at width than fc1's h-wide input)
-        mlp_dense = xp.maximum(C.ACT_MLP_BYTES_PER_TOKEN_HIDDEN * mlp_dense_k - in_cut
-                               - cut * C.ACT_MLP_FC2_INPUT_BYTES_PER_TOKEN_HIDDEN * k.ffn / (4 * k.h), 0.0)
+        # scenario constants only, so a plain max (at zero: an FFN narrower than about h / 6 keeps
+        # less at width than fc1's h-wide input)
+        mlp_dense = max(C.ACT_MLP_BYTES_PER_TOKEN_HIDDEN * mlp_dense_k - in_cut - cut * fc2_in_d, 0.0)
         mlp_moe = C.ACT_MOE_INPUT_BYTES_PER_TOKEN_HIDDEN + k.top_k * load * (
             C.ACT_MOE_ROUTED_COPY_ELEMS_PER_TOKEN_HIDDEN * C.ACTIVATION_BYTES + inner * width_e
             - in_cut - cut * fc2_in_e) + k.shared * (C.ACT_MLP_BYTES_PER_TOKEN_HIDDEN * width_e - cut * fc2_in_e)

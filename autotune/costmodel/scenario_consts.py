@@ -265,7 +265,7 @@ def _compute_consts(scenario: Scenario, params: CostParams) -> ScenarioConsts:
         q_width=float(m.n_heads * m.qk_head_dim), v_out_width=float(m.n_heads * m.v_dim),
         attn_act_elems=m.attention_saved_elems, mla_up_elems=m.mla_up_elems, mla_up_gemms=m.mla_up_gemms,
         mla=1.0 if m.attention == "mla" else 0.0,
-        mla_latent_elems=float(m.q_lora_rank + m.kv_lora_rank) if m.attention == "mla" else 0.0,
+        mla_latent_elems=float(m.mla_latent_elems),
         fp8_input_cut=C.ACT_FP8_GEMM_INPUT_CUT_SHARE if scenario.precision == "fp8" else 0.0,
         **framework_bucket(scenario.workload.framework,
                            C.FP32_BYTES if scenario.workload.resolved_grad_reduce_dtype == "fp32" else C.ACTIVATION_BYTES),

@@ -137,8 +137,13 @@ class ModelSpec(BaseModel):
         core attention saves (q_width + kv_width), the output projection's input (n_heads d_v) and,
         for MLA, the two latents before and after their norms (2 (q_lora + kv_lora)). Multi-head
         attention with n_heads x head_dim = h gives 5h: Korthikanti et al. 2022's 10 sbh."""
-        latents = 2 * (self.q_lora_rank + self.kv_lora_rank) if self.attention == "mla" else 0
-        return self.hidden + self.q_width + self.kv_width + self.n_heads * self.v_dim + latents
+        return self.hidden + self.q_width + self.kv_width + self.n_heads * self.v_dim + 2 * self.mla_latent_elems
+
+    @property
+    def mla_latent_elems(self) -> int:
+        """MLA's query and key-value latents per token (q_lora + kv_lora), the up projections'
+        inputs; 0 for other attention."""
+        return self.q_lora_rank + self.kv_lora_rank if self.attention == "mla" else 0
 
     @property
     def mla_up_elems(self) -> int:
