@@ -26,8 +26,8 @@ from pathlib import Path
 import numpy as np
 
 from .costmodel import constants as C
-from .costmodel.kernels import (attention_core_fwd_time_s, expert_block_time_s, gemm_time_s, memory_bound_time_s,
-                                split_gemm_ratio)
+from .costmodel.kernels import (attention_core_fwd_time_s, expert_block_time_s, gemm_out_weight, gemm_time_s,
+                                memory_bound_time_s, split_gemm_ratio)
 from .costmodel.params import CostParams, default_params
 from .errors import UserInputError
 from .validation.columns import map_gpu, one_line
@@ -189,24 +189,19 @@ def _layer_fwd_parts(r: dict, g: Gpu, p: CostParams) -> tuple[float, float, floa
     return lin, core, elem
 
 
-def _out_weight(dtype) -> float:
-    """An fp8 GEMM's bf16 output counts twice in its intensity (``kernels.gemm_efficiency``)."""
-    return 2.0 if dtype == "fp8" else 1.0
-
-
 def predict_s(r: dict, g: Gpu, p: CostParams) -> float | None:
     """Seconds the cost model charges for case ``r``; None where it has no term for the kind."""
     kind = r.get("kind")
     if kind == "gemm":
         return gemm_time_s(_num(r, "M"), _num(r, "K"), _num(r, "N"), g.peak_lin(r.get("dtype"), p), g.ridge, p,
-                           _out_weight(r.get("dtype")))
+                           gemm_out_weight(r.get("dtype")))
     if kind == "gemm_chunks":
         # TP comm overlap's split as terms.compute_terms charges it (attn_split): the whole GEMM
         # times what cutting it into chunks pieces of M / chunks rows costs (kernels.split_gemm_ratio)
         c = _num(r, "chunks")
         if c < 1 or c != int(c):
             raise ValueError(f"column chunks: got {r.get('chunks')!r}; allowed: a whole number >= 1")
-        M, K, N, w = _num(r, "M"), _num(r, "K"), _num(r, "N"), _out_weight(r.get("dtype"))
+        M, K, N, w = _num(r, "M"), _num(r, "K"), _num(r, "N"), gemm_out_weight(r.get("dtype"))
         return gemm_time_s(M, K, N, g.peak_lin(r.get("dtype"), p), g.ridge, p, w) * split_gemm_ratio(
             [(K, N, c)], M, g.ridge, p, w)
     if kind == "expert_bmm":
@@ -285,7 +280,7 @@ def split_ratios(cases: list[dict], p: CostParams, g: Gpu) -> dict | None:
         w = whole.get((dtype, M, K, N))
         if w is None or ms / c < LAUNCH_BOUND_CHUNK_MS:
             continue
-        ratio = split_gemm_ratio([(K, N, c)], M, g.ridge, p, _out_weight(dtype))
+        ratio = split_gemm_ratio([(K, N, c)], M, g.ridge, p, gemm_out_weight(dtype))
         errs.append(100.0 * (ratio / (ms / w) - 1.0))
     return dict(_stats(errs), min_chunk_ms=LAUNCH_BOUND_CHUNK_MS) if errs else None
 

@@ -30,6 +30,11 @@ def gemm_efficiency(M, K, N, ridge: float, p: CostParams, out_weight=1.0):
     return p.gemm_efficiency_max * intensity / (intensity ** n + knee ** n) ** (1.0 / n)
 
 
+def gemm_out_weight(dtype) -> float:
+    """``out_weight`` of a GEMM in ``dtype``: an fp8 GEMM's bf16 output counts twice in its intensity."""
+    return 2.0 if dtype == "fp8" else 1.0
+
+
 def gemm_time_s(M, K, N, peak_flops: float, ridge: float, p: CostParams, out_weight=1.0):
     """Seconds of one M x K x N GEMM: 2 M K N FLOPs at ``gemm_efficiency`` of ``peak_flops``."""
     return 2.0 * M * K * N / (peak_flops * gemm_efficiency(M, K, N, ridge, p, out_weight))

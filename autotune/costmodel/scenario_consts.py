@@ -8,6 +8,7 @@ import numpy as np
 
 from ..specs.scenario import Scenario
 from . import constants as C
+from .kernels import gemm_out_weight
 from .network import effective_bandwidth_Bps
 from .params import CostParams
 from .xp import NUMPY, SCALAR
@@ -231,7 +232,7 @@ def _compute_consts(scenario: Scenario, params: CostParams) -> ScenarioConsts:
         global_batch=scenario.global_batch_seqs, n_gpus=c.n_gpus,
         B=c.n_buildings, G_b=G_b, node=min(g.nvlink_domain_gpus for g in gpus), zone=zone,
         b_pp_hybrid=b_pp_h, b_dp_hybrid=b_dp_h,
-        peak_lin=peak_lin, peak_bf16=peak_bf16, gemm_out_weight=2.0 if scenario.precision == "fp8" else 1.0, peak_precision=sum(b.gpus * b.gpu.peak_flops(scenario.precision) for b in c.buildings) / c.n_gpus,
+        peak_lin=peak_lin, peak_bf16=peak_bf16, gemm_out_weight=gemm_out_weight(scenario.precision), peak_precision=sum(b.gpus * b.gpu.peak_flops(scenario.precision) for b in c.buildings) / c.n_gpus,
         ridge=ridge,
         hbm_bytes=min(g.hbm_bytes for g in gpus), hbm_Bps=min(g.hbm_bandwidth_Bps for g in gpus),
         nvlink_Bps=nvlink_Bps, nvlink_alpha_s=nvlink_alpha_s, nic_Bps=nic,
