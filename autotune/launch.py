@@ -116,6 +116,9 @@ def megatron_args(scenario, cfg: Config) -> tuple[list[str], list[str]]:
     elif m.moe_experts and wl.moe_routing == "balanced":
         args.append("--moe-router-force-load-balancing")
         notes.append("moe_routing=balanced: forced even routing is a benchmarking mode, not training")
+    if m.moe_experts and wl.moe_einsum_dispatch:
+        notes.append("moe_einsum_dispatch: GShard-style einsum dispatch is DeepSpeed-MoE's; Megatron-Core permutes "
+                     "the tokens instead, so this run will not pay the einsum GEMMs the cost model charged")
     if m.moe_experts and cfg.ep > 1:
         # Megatron's default dispatcher (allgather) admits no EP overlap; DeepEP-style de-duplication
         # is the flex dispatcher (HybridEP on NVL72 racks: --moe-flex-dispatcher-backend hybridep)

@@ -77,12 +77,14 @@ def test_overlap_needs_a_second_micro_batch():
 
 
 def test_dispatcher_and_overlap_spellings():
-    from autotune.validation.row_fields import _ep_dedup, _ep_overlap
-    for text, want in (("DeepEP", True), ("hybridep (NVL72)", True), ("flex dispatcher", True),
-                       ("alltoall", False), ("NCCL all-to-all", False), ("allgather", False)):
-        assert _ep_dedup({"ep_dispatcher": text}, [], 8) is want, text
+    from autotune.validation.row_fields import _ep_dispatcher, _ep_overlap
+    for text, want in (("DeepEP", (True, False)), ("hybridep (NVL72)", (True, False)), ("flex dispatcher", (True, False)),
+                       ("alltoall", (False, False)), ("NCCL all-to-all", (False, False)), ("allgather", (False, False)),
+                       ("einsum (DeepSpeed-MoE)", (False, True)), ("GShard one-hot", (False, True))):
+        assert _ep_dispatcher({"ep_dispatcher": text}, [], 8) == want, text
     said = []
-    assert _ep_dedup({"ep_dispatcher": ""}, said, 8) is False and said == ["ep_dispatcher=alltoall (not stated)"]
+    assert _ep_dispatcher({"ep_dispatcher": ""}, said, 8) == (False, False)
+    assert said == ["ep_dispatcher=alltoall (not stated)"]
     for text, want in (("yes", True), ("--overlap-moe-expert-parallel-comm", True), ("Off", False)):
         assert _ep_overlap({"ep_comm_overlap": text}, [], 8) is want, text
 

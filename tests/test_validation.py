@@ -284,10 +284,23 @@ def test_deepspeed_zero3_rows_run_without_overlap():
     assert not is_deepspeed_zero3("FULL_SHARD", "pytorch-fsdp", "IBM FSDP blog")
     assert not is_deepspeed_zero3("fsdp (zero3)", "megatron-core", "Liu et al.")
     cases = V.read_runs()[0]
-    zero3 = [c for c in cases if c.config.overlap_dp == 0]
-    assert zero3 and all(c.config.dp_flavour == "fsdp" for c in zero3)
+    zero3 = [c for c in cases if c.config.overlap_dp == 0 and c.config.dp_flavour == "fsdp"]
     assert {c.family.split(" 20")[0] for c in zero3} == {"Narayanan et al. SC'21", "DeepSpeed team 'DeepSpeed on Azure' blog"}
-    assert all(any("overlap_dp=0" in a for a in c.assumptions) for c in zero3)
+    assert all(any("overlap_dp=0 (DeepSpeed ZeRO-3" in a for a in c.assumptions) for c in zero3)
+
+
+def test_deepspeed_zero12_rows_reduce_after_the_backward_unless_overlap_comm():
+    from autotune.validation.columns import is_deepspeed_zero12
+    assert is_deepspeed_zero12("zero1", "megatron-deepspeed", "")
+    assert is_deepspeed_zero12("ZeRO stage 2", "", "DeepSpeed team blog")
+    assert not is_deepspeed_zero12("zero2, overlap_comm true", "deepspeed", "")
+    assert not is_deepspeed_zero12("zero1", "megatron", "NeMo")          # Megatron's distributed optimizer
+    assert not is_deepspeed_zero12("zero3", "deepspeed", "")
+    cases = V.read_runs()[0]
+    off = [c for c in cases if c.config.overlap_dp == 0 and c.config.dp_flavour != "fsdp"]
+    assert off and all("deepspeed" in (c.source + c.scenario.workload.framework).lower() or
+                       any("DeepSpeed ZeRO stage 1/2" in a for a in c.assumptions) for c in off)
+    assert all(any("overlap_dp=0 (DeepSpeed ZeRO stage 1/2" in a for a in c.assumptions) for c in off)
 
 
 def test_fine_grained_moe_subset_is_reported_from_its_rule(tmp_path):

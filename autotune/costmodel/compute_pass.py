@@ -71,10 +71,14 @@ def pass_compute(k, p, batch, lay, xp, mb, cp, tp, ep, et, rc) -> PassCompute:
         r = lay.Ls_last / Ls
         lin_f_h, core_f_h, elem_f_h, sel_rest_h = r * lin_f, r * core_f, r * elem_f, r * sel_rest
         lin_x_h, lin_xb_h = (r * lin_x, r * lin_xb) if split else (lin_f_h, lin_f_h)
+    # GShard einsum dispatch (ct.moe_einsum, twice in moe_lin): the dispatch's mask is constant, so
+    # the backward has the two input gradients and only the combine's weights' gradient
+    ein_w = fw * Ls_moe * ct.moe_einsum
+    ein_w_h = ein_w if k.pp_layout == LAYOUT_EVEN else lay.Ls_last / Ls * ein_w
     full, sel = rc == R_FULL, rc == R_SELECTIVE
     layers_f = lin_x_h + core_f_h + elem_f_h
     t_f = layers_f + t_head + loss_f
-    t_w = lin_f_h + t_head
+    t_w = lin_f_h + t_head - ein_w_h
     # full recomputation re-runs the transformer layers' forward, not the head or the loss
     # (Megatron's --recompute-granularity full checkpoints the layers only)
     recompute_extra = xp.where(full, layers_f, xp.where(sel, sel_core * core_f_h + sel_rest_h, 0.0))
@@ -84,10 +88,10 @@ def pass_compute(k, p, batch, lay, xp, mb, cp, tp, ep, et, rc) -> PassCompute:
     t_f_m = lin_x + core_f + elem_f
     t_b_m = lin_xb + p.attention_backward_time_ratio * core_f + elem_f \
         + xp.where(full, t_f_m, xp.where(sel, sel_core * core_f + sel_rest, 0.0))
-    head = t_f + t_b + lin_f_h + t_head >= t_f_m + t_b_m + lin_f
+    head = t_f + t_b + t_w >= t_f_m + t_b_m + lin_f - ein_w
     lin_f_sel = xp.where(head, lin_f_h, lin_f)
     lin_x_sel, lin_xb_sel = ((xp.where(head, lin_x_h, lin_x), xp.where(head, lin_xb_h, lin_xb)) if split
                              else (lin_f_sel, lin_f_sel))
     return PassCompute(ct, lin_f_sel, lin_x_sel, lin_xb_sel,
                        xp.where(head, core_f_h, core_f), xp.where(head, t_f, t_f_m), xp.where(head, t_b, t_b_m),
-                       xp.where(head, t_w, lin_f))
+                       xp.where(head, t_w, lin_f - ein_w))

@@ -95,12 +95,15 @@ def act_per_microbatch(k: ScenarioConsts, rc, tok, tp, ep, Ls, Ls_dense, Ls_moe,
     width, each routed copy's expert input and output), in the activation dtype."""
     act_scale = k.wire_bytes / C.ACTIVATION_BYTES     # Korthikanti's bytes are 16-bit; fp32 doubles them
     load = ep_load(k, ep, xp)       # the busiest EP rank's routed copies over the mean
+    # GShard einsum dispatch (WorkloadSpec.moe_einsum_dispatch): the dispatch mask and the combine
+    # weights, s x (e c) each in the activation dtype, kept for the backward on every TP rank
+    masks = Ls_moe * act_scale * 2.0 * C.ACTIVATION_BYTES * tok * tok * k.einsum_cols
     if k.eager_acts:
         mats = C.ACT_EAGER_GATED_MLP_ELEMS_PER_TOKEN_FFN if k.mlp_mats == 3 else C.ACT_EAGER_PLAIN_MLP_ELEMS_PER_TOKEN_FFN
         routed = k.top_k * load
         moe = routed * (C.ACT_MOE_ROUTED_COPY_ELEMS_PER_TOKEN_HIDDEN * k.h + mats * k.ffn_e) + k.shared * mats * k.ffn_e
         per_layer = 2 * C.ACT_EAGER_NORM_ELEMS_PER_TOKEN_HIDDEN * k.h + k.qv_width + k.kv_width
-        act_lin = k.wire_bytes * tok / tp * (per_layer * Ls + mats * k.ffn * Ls_dense + moe * Ls_moe)
+        act_lin = k.wire_bytes * tok / tp * (per_layer * Ls + mats * k.ffn * Ls_dense + moe * Ls_moe) + masks
     else:
         swiglu = 1.5 if k.mlp_mats == 3 else 1.0
         mlp_dense_k = k.ffn * swiglu / (4 * k.h)
@@ -118,7 +121,7 @@ def act_per_microbatch(k: ScenarioConsts, rc, tok, tp, ep, Ls, Ls_dense, Ls_moe,
             - in_cut - cut * fc2_in_e) + k.shared * (C.ACT_MLP_BYTES_PER_TOKEN_HIDDEN * width_e - cut * fc2_in_e)
         attn = C.ACT_ATTN_MASK_AND_NORMS_BYTES_PER_TOKEN_HIDDEN + C.ACTIVATION_BYTES * (
             k.attn_act_elems - cut * ((1.0 - k.mla) * k.h + k.mla_latent_elems)) / k.h
-        act_lin = act_scale * tok * k.h / tp * (attn * Ls + mlp_dense * Ls_dense + Ls_moe * mlp_moe)
+        act_lin = act_scale * tok * k.h / tp * (attn * Ls + mlp_dense * Ls_dense + Ls_moe * mlp_moe) + masks
         mods = k.rc_modules
         routed_moe = k.top_k * load * (1.0 - cut) * fc2_in_e
         shared_moe = k.shared * (inner * width_e - cut * fc2_in_e)
@@ -130,7 +133,7 @@ def act_per_microbatch(k: ScenarioConsts, rc, tok, tp, ep, Ls, Ls_dense, Ls_moe,
                    + mlp_dense * Ls_dense * ("mlp" in mods)
                    + Ls_moe * ((mlp_moe - C.ACT_MOE_INPUT_BYTES_PER_TOKEN_HIDDEN) if "moe" in mods else
                                routed_moe * ("moe_act" in mods) + shared_moe * ("shared_experts" in mods)))
-        act_sel = act_lin - act_scale * tok * k.h / tp * dropped
+        act_sel = act_lin - act_scale * tok * k.h / tp * dropped - masks * ("moe" in mods)
     act_scores = 0.0 if k.flash else act_scale * Ls * C.ACT_SCORES_BYTES_PER_TOKEN_HEAD_SEQ * k.heads * tok * k.seq / tp
     if k.eager_acts:
         act_sel = act_lin

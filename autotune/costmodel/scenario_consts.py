@@ -48,6 +48,7 @@ class ScenarioConsts:
     ep_overlap: bool             # WorkloadSpec.ep_comm_overlap
     ep_dedup: bool               # WorkloadSpec.ep_token_dedup
     expert_load: float           # busiest EP rank's routed tokens over the mean (expert_load)
+    einsum_cols: float           # einsum dispatch's mask columns e x c per token of the layer's input (einsum_columns)
     compute_scale: float         # 1 / framework_efficiency of the workload's framework class
     wire_bytes: float            # bytes per element of activations (TP, CP, EP, PP messages)
     weight_bytes: float; grad_bytes: float; optimizer_bytes: float   # resident, per parameter
@@ -181,6 +182,17 @@ def expert_load(w, p: CostParams) -> float:
     return p.dropless_expert_imbalance
 
 
+def einsum_columns(w, m, p: CostParams) -> float:
+    """Columns e x c of GShard-style dispatch masks (WorkloadSpec.moe_einsum_dispatch) per token of
+    the MoE layer's input, 0 without them. DeepSpeed-MoE (sharded_moe.py ``_capacity``): c = ceil(k
+    cf s / e) slots an expert, so e c = k cf s under capacity routing; dropless, c is the busiest
+    expert's count (the dispatcher's all-reduce of the maximum), k s x the imbalance; balanced, k s."""
+    if not (w.moe_einsum_dispatch and m.moe_experts):
+        return 0.0
+    share = w.moe_capacity_factor if w.moe_routing == "capacity" else expert_load(w, p)
+    return m.moe_top_k * share
+
+
 def ep_load(k: ScenarioConsts, ep, xp=NUMPY):
     """The busiest EP rank's routed load over the mean: ``k.expert_load`` across ep > 1 ranks; at
     ep 1 every rank holds every expert and carries the mean."""
@@ -250,6 +262,7 @@ def _compute_consts(scenario: Scenario, params: CostParams) -> ScenarioConsts:
         post_validation=scenario.workload.optimizer_post_validation,
         tp_overlap=scenario.workload.tp_comm_overlap, ep_overlap=scenario.workload.ep_comm_overlap,
         ep_dedup=scenario.workload.ep_token_dedup, expert_load=expert_load(scenario.workload, params),
+        einsum_cols=einsum_columns(scenario.workload, m, params),
         compute_scale=1.0 / framework_efficiency(params, scenario.workload.framework),
         **dict(zip(("wire_bytes", "weight_bytes", "grad_bytes", "optimizer_bytes"), state_bytes)),
         adam_traffic_bytes=adam_traffic_bytes(scenario.workload, state_bytes),

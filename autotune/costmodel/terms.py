@@ -87,7 +87,7 @@ class ComputeTerms(NamedTuple):
     framework factor: each GEMM at the efficiency of its own shape (``kernels``)."""
     attn_lin: object      # attention projections
     mlp_dense: object     # dense MLP
-    moe_lin: object       # routed (with the expert imbalance) and shared experts, and the router
+    moe_lin: object       # routed (with the expert imbalance) and shared experts, the router, einsum dispatch
     core: object          # attention core (FlashAttention skips masked blocks; unfused streams scores)
     elem: object          # element-wise passes (norms, activation, residuals)
     moe_permute: object   # MoE permutation and un-permutation, per MoE layer
@@ -100,6 +100,7 @@ class ComputeTerms(NamedTuple):
     loss_b: object        # its backward
     rc_dense: object      # selective recomputation's re-run per dense layer beyond the attention core
     rc_moe: object        # the same per MoE layer (WorkloadSpec.recompute_modules)
+    moe_einsum: object    # one GShard-style dispatch or combine GEMM per MoE layer (in moe_lin twice)
 
 
 def compute_terms(k: ScenarioConsts, p: CostParams, mb, cp, tp, ep, et, xp) -> ComputeTerms:
@@ -142,7 +143,7 @@ def compute_terms(k: ScenarioConsts, p: CostParams, mb, cp, tp, ep, et, xp) -> C
     else:
         attn_split = attn_split_b = attn_lin
         mlp_split = mlp_split_b = mlp_dense
-    moe_lin = moe_permute = moe_act = shared = 0.0
+    moe_lin = moe_permute = moe_act = shared = moe_einsum = 0.0
     if k.experts:
         tok_e = xp.maximum(tok * k.top_k * ep * et / (tp * k.experts), 1.0)   # tokens per local expert
         routed = expert_block_time_s(tok_e, k.h, k.ffn_e / et, k.mlp_mats, k.experts / ep, k.peak_lin, k.ridge, p,
@@ -152,10 +153,17 @@ def compute_terms(k: ScenarioConsts, p: CostParams, mb, cp, tp, ep, et, xp) -> C
         # the busiest EP rank's routed load over the mean; at ep 1 every rank holds every expert
         load = ep_load(k, ep, xp)
         moe_lin = routed * load + shared + 2.0 * tok * k.h * k.experts / (k.peak_lin * p.gemm_efficiency_max)
-        # permute before dispatch (tok / tp tokens per rank under SP) and sort by local expert
-        # after it and the experts' TP gather (tok et / tp tokens), un-permute both on the way back
-        routed_elems = tok * k.top_k * k.h * (1.0 + et * load) / tp
-        moe_permute = memory_bound_time_s(C.MOE_PERMUTE_TRAFFIC_BYTES_PER_ROUTED_ELEMENT * routed_elems, k.hbm_Bps)
+        if k.einsum_cols:
+            # GShard-style dispatch (DeepSpeed-MoE's MOELayer): einsum("sec,sm->ecm") gathers the
+            # slots, einsum("sec,ecm->sm") combines them, each a (e c) x s x h bf16 GEMM over the
+            # rank's whole micro-batch (no sequence parallelism in that layer); no permutation
+            moe_einsum = gemm_time_s(tok * k.einsum_cols, tok, k.h, k.peak_bf16, k.ridge, p)
+            moe_lin = moe_lin + 2.0 * moe_einsum
+        else:
+            # permute before dispatch (tok / tp tokens per rank under SP) and sort by local expert
+            # after it and the experts' TP gather (tok et / tp tokens), un-permute both on the way back
+            routed_elems = tok * k.top_k * k.h * (1.0 + et * load) / tp
+            moe_permute = memory_bound_time_s(C.MOE_PERMUTE_TRAFFIC_BYTES_PER_ROUTED_ELEMENT * routed_elems, k.hbm_Bps)
         # moe_act re-runs the activation on each routed copy this rank's experts hold: it reads fc1's
         # output ((mlp_mats - 1) ffn_e / et) and writes ffn_e / et, bf16
         act_elems = tok * k.top_k * load * et / tp * k.mlp_mats * k.ffn_e / et
@@ -180,7 +188,7 @@ def compute_terms(k: ScenarioConsts, p: CostParams, mb, cp, tp, ep, et, xp) -> C
     rc_moe = attn_rc + norm + (moe_lin + moe_permute + moe_act if "moe" in mods else
                                moe_act * ("moe_act" in mods) + shared * ("shared_experts" in mods))
     return ComputeTerms(attn_lin, mlp_dense, moe_lin, core, elem, moe_permute, head, attn_split, mlp_split,
-                        attn_split_b, mlp_split_b, loss_f, loss_b, rc_dense, rc_moe)
+                        attn_split_b, mlp_split_b, loss_f, loss_b, rc_dense, rc_moe, moe_einsum)
 
 
 

@@ -122,6 +122,12 @@ class WorkloadSpec(BaseModel):
                                  "node once, however many of its experts live there, and forwards it inside "
                                  "that node on NVLink (DeepEP, HybridEP, Megatron-Core's flex dispatcher); "
                                  "otherwise one copy per selected expert crosses (NCCL all-to-all)")
+    moe_einsum_dispatch: bool = Field(default=False, description="GShard-style dense dispatch and combine "
+                                      "(DeepSpeed-MoE's sharded_moe.MOELayer, GShard, fairseq): the routed tokens "
+                                      "are gathered and scattered back by einsums over one-hot masks of s tokens x e "
+                                      "experts x c capacity slots, two s x (e c) x hidden GEMMs a layer forward and "
+                                      "three backward, and the masks kept for the backward; otherwise the tokens are "
+                                      "permuted (Megatron-Core, memory-bound)")
     flash_attention: bool = Field(default=True, description="fused attention (FlashAttention): causal "
                                   "blocks skipped, no s^2 scores stored or streamed through HBM")
     moe_routing: Literal["dropless", "capacity", "balanced"] = Field(

@@ -25,6 +25,14 @@ gradient reduce-scatters are charged without overlap (overlap_dp=0): in the Deep
 runs the time the compute model leaves unexplained is the same at 1 and at 32 sequences per
 micro-batch, i.e. exposed, and about the collectives' bytes at the nodes' NIC rate; PyTorch
 FSDP ("fsdp", "FULL_SHARD") prefetches and keeps the overlap."""
+DEEPSPEED_ZERO12 = (r"zero[ _-]?(?:stage[ _-]?)?[12]\b|\bstage[ _-]?[12]\b", r"deepspeed", r"overlap[ _-]?comm")
+"""(flavour text, framework or source text, the flag that turns the overlap on) of a run on
+DeepSpeed's ZeRO stage 1 or 2. DeepSpeed's ``overlap_comm`` defaults to false for these stages
+(ZERO_OPTIMIZATION_OVERLAP_COMM_DEFAULT; stage 3 turns it on): stage 1 registers no gradient hooks
+and reduces the gradients at the accumulation boundary, after the backward (stage_1_and_2.py
+``reduce_gradients``), stage 2 reduces its buckets from the hooks on the compute stream; either way
+not overlapped (overlap_dp=0) unless the row's flavour names overlap_comm. DeepSpeed's pipeline
+engine reduces after the pipeline's flush in any case."""
 ALWAYS_RECOMPUTE_SOURCES = ("narayanan",)
 """Narayanan et al. 2021 sec. 5: activation recomputation is used in all runs (unless stated)."""
 COLUMNS = ("source", "model_name", "params_b", "n_layers", "hidden", "ffn_hidden", "n_heads", "n_kv_heads",
@@ -171,6 +179,14 @@ def is_deepspeed_zero3(flavour_text: str, framework_text: str, source: str) -> b
     """The row ran DeepSpeed's ZeRO-3 (``DEEPSPEED_ZERO3``)."""
     zero3, who = DEEPSPEED_ZERO3
     return bool(re.search(zero3, (flavour_text or "").lower())
+                and re.search(who, f"{framework_text} {source}".lower()))
+
+
+def is_deepspeed_zero12(flavour_text: str, framework_text: str, source: str) -> bool:
+    """The row ran DeepSpeed's ZeRO stage 1 or 2 without ``overlap_comm`` (``DEEPSPEED_ZERO12``)."""
+    stage, who, overlap = DEEPSPEED_ZERO12
+    t = (flavour_text or "").lower()
+    return bool(re.search(stage, t) and not re.search(overlap, t)
                 and re.search(who, f"{framework_text} {source}".lower()))
 
 

@@ -283,24 +283,29 @@ def _post_validation(row: dict, assumed: list, sched: str) -> bool:
 
 _DEDUP_DISPATCHERS = ("deepep", "hybridep", "hybrid-ep", "hybrid_ep", "flex", "dedup", "deduplicated")
 _PLAIN_DISPATCHERS = ("alltoall", "all-to-all", "all_to_all", "a2a", "nccl", "allgather", "all-gather", "none")
+_EINSUM_DISPATCHERS = ("einsum", "gshard", "one-hot", "onehot")
 
 
-def _ep_dedup(row: dict, assumed: list, ep: int) -> bool:
-    """``ep_dispatcher``: deepep / hybridep / flex (Megatron-Core's flex dispatcher) send each
-    token once per remote node (de-duplicated); alltoall / allgather / nccl send one copy per
-    selected expert. First word, case-insensitive. Not stated = alltoall, printed where ep > 1."""
+def _ep_dispatcher(row: dict, assumed: list, ep: int) -> tuple[bool, bool]:
+    """``ep_dispatcher`` -> (de-duplicated, einsum): deepep / hybridep / flex (Megatron-Core's flex
+    dispatcher) send each token once per remote node (de-duplicated); alltoall / allgather / nccl
+    send one copy per selected expert; einsum / gshard / one-hot gather and scatter the tokens by
+    GEMMs over one-hot masks (DeepSpeed-MoE's MOELayer; WorkloadSpec.moe_einsum_dispatch), then one
+    all-to-all copy per slot. First word, case-insensitive. Not stated = alltoall, printed where ep > 1."""
     text = _cell(row, "ep_dispatcher")
     t = text.lower().strip().split(" ")[0] if text.strip() else ""
     if not t:
         if ep > 1:
             assumed.append("ep_dispatcher=alltoall (not stated)")
-        return False
+        return False, False
     if t.startswith(_DEDUP_DISPATCHERS):
-        return True
+        return True, False
+    if t.startswith(_EINSUM_DISPATCHERS):
+        return False, True
     if t.startswith(_PLAIN_DISPATCHERS):
-        return False
-    raise Skip("names no known MoE dispatcher (deepep, hybridep, flex: de-duplicated; alltoall, allgather, nccl)",
-               "ep_dispatcher", text)
+        return False, False
+    raise Skip("names no known MoE dispatcher (deepep, hybridep, flex: de-duplicated; alltoall, allgather, nccl; "
+               "einsum, gshard)", "ep_dispatcher", text)
 
 
 _CAPACITY = re.compile(r"(?:capacity[ _-]?factor|\bcf)\s*[=:]?\s*(-?\d+(?:\.\d+)?)")

@@ -16,9 +16,9 @@ from .columns import (schedule_stated, ALWAYS_RECOMPUTE_SOURCES, ASSUMED_FFN_MUL
                       map_attention, ASSUMED_INTERLEAVED_CHUNKS, ASSUMED_MICRO_BATCH,
                       ASSUMED_SCALE_OUT_LATENCY_s, ASSUMED_VOCAB, COLUMNS, MAX_SCALE_OUT_PATHS, METRICS,
                       RECOMPUTE_VALUES, Skip, _cell, _int,
-                      _match_flavour, _match_schedule, is_deepspeed_zero3, map_flavour, map_gpu, map_schedule, one_line,
+                      _match_flavour, _match_schedule, is_deepspeed_zero3, is_deepspeed_zero12, map_flavour, map_gpu, map_schedule, one_line,
                       source_family)
-from .row_fields import (RACK_SCALE_DOMAIN_GPUS, _moe_routing, _shared_experts, _convention, _fsdp_gather, _flag, _flash, _grad_dtype, _grad_reduce_dtype, _moments, _pipeline_layout, _recompute_modules, _offload_modules, _zero1_sync, _ep_dedup, _ep_overlap, _float, _framework, _hardware,
+from .row_fields import (RACK_SCALE_DOMAIN_GPUS, _moe_routing, _shared_experts, _convention, _fsdp_gather, _flag, _flash, _grad_dtype, _grad_reduce_dtype, _moments, _pipeline_layout, _recompute_modules, _offload_modules, _zero1_sync, _ep_dispatcher, _ep_overlap, _float, _framework, _hardware,
                          _post_validation, _tp_overlap)
 
 @dataclass
@@ -179,6 +179,7 @@ class _Parallel(NamedTuple):
     ep_dedup: bool
     routing: str
     capacity: float
+    ep_einsum: bool = False
 
 
 def _parallelism(row: dict, a: _Arch, assumed: list) -> _Parallel:
@@ -210,7 +211,10 @@ def _parallelism(row: dict, a: _Arch, assumed: list) -> _Parallel:
     et = etp or tp
     tp_overlap = _tp_overlap(row, assumed, tp)
     ep_overlap = _ep_overlap(row, assumed, ep if experts else 1)
-    ep_dedup = _ep_dedup(row, assumed, ep if experts else 1)
+    ep_dedup, ep_einsum = _ep_dispatcher(row, assumed, ep if experts else 1)
+    if ep_einsum and not experts:
+        raise Skip("an einsum MoE dispatcher on a dense model (moe_experts empty or 0)", "ep_dispatcher",
+                   _cell(row, "ep_dispatcher"))
     routing, capacity = _moe_routing(row, assumed, experts)
     if ep_overlap and not experts:
         raise Skip("EP overlap on a dense model (moe_experts empty or 0)", "ep_comm_overlap",
@@ -224,7 +228,8 @@ def _parallelism(row: dict, a: _Arch, assumed: list) -> _Parallel:
     if gb % (dp * mb):
         raise Skip(f"global batch {gb} is not a multiple of dp*micro_batch = {dp * mb}", "global_batch_seqs",
                    _cell(row, "global_batch_seqs"))
-    return _Parallel(n, tp, pp, cp, ep, dp, etp, vpp, mb, gb, tp_overlap, ep_overlap, ep_dedup, routing, capacity)
+    return _Parallel(n, tp, pp, cp, ep, dp, etp, vpp, mb, gb, tp_overlap, ep_overlap, ep_dedup, routing, capacity,
+                     ep_einsum)
 
 
 def _precision_and_hardware(row: dict, gpu: str, n: int, tp: int, assumed: list):
@@ -337,6 +342,7 @@ def build_case(i: int, row: dict) -> RunCase:
                                                            tp_comm_overlap=par.tp_overlap,
                                                            ep_comm_overlap=par.ep_overlap,
                                                            ep_token_dedup=par.ep_dedup,
+                                                           moe_einsum_dispatch=par.ep_einsum,
                                                            moe_routing=par.routing, moe_capacity_factor=par.capacity,
                                                            optimizer_post_validation=post_validation,
                                                            fsdp_regather=regather, shard_gradients=zero2,
@@ -369,6 +375,10 @@ def build_case(i: int, row: dict) -> RunCase:
     if ds_zero3:
         overlap = 0
         assumed.append("overlap_dp=0 (DeepSpeed ZeRO-3: gathers and reduce-scatters not overlapped)")
+    elif is_deepspeed_zero12(flavour_text, _cell(row, "framework"), row.get("source") or "") and dp * cp > 1:
+        overlap = 0
+        assumed.append("overlap_dp=0 (DeepSpeed ZeRO stage 1/2 without overlap_comm: the gradients are reduced "
+                       "after the backward)")
     cfg = Config(tp=tp, cp=cp, ep=ep, etp=etp, pp=pp, dp=dp, placement="dp_out", dp_flavour=flavour,
                  pp_schedule=sched, pp_chunks=chunks, micro_batch=mb, overlap_dp=overlap,
                  recompute=rec if rec in RECOMPUTE_VALUES else "none")
