@@ -51,6 +51,26 @@ def test_einsum_replaces_the_permutation_and_grows_with_the_square_of_the_tokens
     assert 2.0 * a.moe_einsum < a2.moe_einsum <= 4.0 * a.moe_einsum * (1 + 1e-9)
 
 
+@SETTINGS
+@given(ep=st.sampled_from([1, 2, 8]), cf=st.sampled_from([1.0, 1.25, 2.0]))
+def test_every_expert_runs_its_padded_slots(ep, cf):
+    """Einsum dispatch pads each expert to c slots: the routed load is the capacity factor at every
+    ep (the permuting dispatcher's load is min(cf, imbalance) across EP ranks and the mean at ep 1)."""
+    from autotune.costmodel.scenario_consts import ep_load
+    p = default_params()
+    k = scenario_consts(_scen(moe_einsum_dispatch=True, moe_routing="capacity", moe_capacity_factor=cf), p)
+    assert ep_load(k, float(ep), SCALAR) == pytest.approx(cf)
+    plain = scenario_consts(_scen(moe_routing="capacity", moe_capacity_factor=cf), p)
+    assert ep_load(plain, 1.0, SCALAR) == 1.0
+
+
+def test_einsum_refuses_the_megatron_only_dispatch_options():
+    from autotune.errors import UserInputError
+    with pytest.raises((ValueError, UserInputError)):
+        _scen(moe_einsum_dispatch=True, ep_token_dedup=True).workload.model_validate(
+            {**_scen().workload.model_dump(), "moe_einsum_dispatch": True, "ep_token_dedup": True})
+
+
 def test_backward_has_two_input_gradients_and_one_weight_gradient():
     p = default_params()
     cfg = Config(tp=1, pp=1, dp=8, ep=8, micro_batch=1, recompute="none", dp_flavour="zero1")

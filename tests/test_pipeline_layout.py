@@ -21,7 +21,7 @@ class _K:
 
 
 def _layers(L, layout, pp, v=1, x=0.0, v_style=False):
-    Ls, _, _, Ls_last = layers_on_rank(_K(L, layout, x), np.array([float(pp)]), np.array([float(v)]),
+    Ls, _, _, Ls_last, _ = layers_on_rank(_K(L, layout, x), np.array([float(pp)]), np.array([float(v)]),
                                        np.array([v_style]), NUMPY)
     return float(Ls[0]), float(Ls_last[0])
 
@@ -104,6 +104,33 @@ def test_the_splits_match_the_frameworks_code(L, pp, v, v_style, x):
         per_rank[owner[ranks[f"decoder{i}"]]] += 1
     assert _layers(L, LAYOUT_BALANCED, pp, v, x=x, v_style=v_style) == (max(per_rank),
                                                                           per_rank[owner[ranks["lm_head"]]])
+    # the loss: on the head's rank, or (the head's block passing its stage's threshold) on the next
+    from autotune.costmodel.stage_split import rank_layers
+    head_rank, loss_rank = owner[ranks["lm_head"]], owner[ranks["loss"]]
+    want = -1.0 if loss_rank == head_rank else float(per_rank[loss_rank])
+    assert rank_layers(L, "balanced", float(x), pp, v, v_style)[2] == want
+    assert rank_layers(L, "ends", float(x), pp, v, v_style)[2] == -1.0
+
+
+def test_a_loss_on_its_own_rank_paces_the_pipeline_by_its_logits_link():
+    """nanotron's split of a 32-layer, 131k-vocabulary model over 16 stages puts the head on stage
+    14 and the loss on stage 15, which receives each micro-batch's logits: the pace is at least
+    their transfer, and a slower scale-out link (a stage fills a node of 8) makes the step longer."""
+    from autotune.costmodel.stage_split import nanotron_split
+    layers, head, loss = nanotron_split(32, 16, 2.21)
+    assert (head, loss, layers[15]) == (14, 15, 0)
+    assert nanotron_split(32, 4, 2.21)[1:] == (3, 3)
+
+    def step(nic_Bps, layout="balanced"):
+        over = ["model.n_layers=32", "model.vocab=131072", f"cluster.scale_out.bandwidth_Bps={nic_Bps}",
+                f"workload.pipeline_layout={layout}", "workload.framework=nanotron", "workload.global_batch_seqs=256"]
+        s = build_scenario("llama3-8b", "single-building", gpus=128, overrides=over)
+        return evaluate(s, Config(tp=1, pp=16, dp=8, dp_flavour="zero1", pp_schedule="1f1b", micro_batch=1))
+    fast, slow = step(50e9), step(5e9)
+    assert slow.iteration_time_s > fast.iteration_time_s
+    logits_s = 4096 * 131072 * 2 / 5e9                  # one micro-batch's logits at the scale-out line rate
+    assert slow.iteration_time_s >= 32 * logits_s      # 32 micro-batches a pipeline
+    assert step(5e9, "ends").iteration_time_s < slow.iteration_time_s     # the loss beside the head: no such link
 
 
 def _gpt_small(**workload):

@@ -289,18 +289,26 @@ def test_deepspeed_zero3_rows_run_without_overlap():
     assert all(any("overlap_dp=0 (DeepSpeed ZeRO-3" in a for a in c.assumptions) for c in zero3)
 
 
-def test_deepspeed_zero12_rows_reduce_after_the_backward_unless_overlap_comm():
-    from autotune.validation.columns import is_deepspeed_zero12
-    assert is_deepspeed_zero12("zero1", "megatron-deepspeed", "")
-    assert is_deepspeed_zero12("ZeRO stage 2", "", "DeepSpeed team blog")
-    assert not is_deepspeed_zero12("zero2, overlap_comm true", "deepspeed", "")
-    assert not is_deepspeed_zero12("zero1", "megatron", "NeMo")          # Megatron's distributed optimizer
-    assert not is_deepspeed_zero12("zero3", "deepspeed", "")
+def test_deepspeed_engine_rows_reduce_after_the_backward_unless_overlap_comm():
+    from autotune.validation.columns import deepspeed_reduces_after_backward as after
+    assert after("zero1", "zero1", "megatron-deepspeed", "")
+    assert after("zero2", "ZeRO stage 2", "deepspeed", "")
+    assert after("zero1", "zero_stage=1", "", "DeepSpeed team blog")          # framework cell empty: the source
+    assert after("ddp", "none", "megatron-deepspeed", "")                     # no ZeRO: the engine's boundary all-reduce
+    assert after("zero2", "zero2 (overlap_comm false)", "deepspeed", "")
+    assert after("zero2", "zero2, no overlap-comm", "deepspeed", "")
+    assert not after("zero2", "zero2, overlap_comm true", "deepspeed", "")
+    assert not after("zero2", "zero2 overlap_comm", "deepspeed", "")
+    assert not after("zero1", "zero1", "megatron", "a source that mentions DeepSpeed")   # Megatron's optimizer
+    assert not after("zero1", "zero1=8", "internevo", "InternEvo vs DeepSpeed")
+    assert not after("fsdp", "zero3", "deepspeed", "")
     cases = V.read_runs()[0]
-    off = [c for c in cases if c.config.overlap_dp == 0 and c.config.dp_flavour != "fsdp"]
-    assert off and all("deepspeed" in (c.source + c.scenario.workload.framework).lower() or
-                       any("DeepSpeed ZeRO stage 1/2" in a for a in c.assumptions) for c in off)
-    assert all(any("overlap_dp=0 (DeepSpeed ZeRO stage 1/2" in a for a in c.assumptions) for c in off)
+    off = [c for c in cases if any("overlap_dp=0 (DeepSpeed's engine" in a for a in c.assumptions)]
+    assert off and all(c.config.overlap_dp == 0 and c.config.dp_flavour in ("ddp", "zero1") for c in off)
+    assert {c.row for c in off} >= {307}
+    on = [c for c in cases if c.scenario.workload.framework == "megatron" and "deepspeed" not in c.source.lower()
+          and c.config.dp_flavour == "zero1"]
+    assert on and all(c.config.overlap_dp == 1 for c in on)
 
 
 def test_fine_grained_moe_subset_is_reported_from_its_rule(tmp_path):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from ..specs.codes import Recompute
-from .scenario_consts import LAYOUT_EVEN
+from .scenario_consts import LAYOUT_EVEN, tier_of_span
 from .terms import ComputeTerms, compute_terms
 
 R_NONE, R_SELECTIVE, R_FULL = Recompute.codes()
@@ -21,6 +21,7 @@ class PassCompute(NamedTuple):
     t_f: object      # forward compute
     t_b: object      # backward compute (input gradients, recomputation)
     t_w: object      # weight-gradient GEMMs
+    loss_floor: object = 0.0   # seconds a micro-batch takes on the loss's own rank (nanotron's split), else 0
 
     @property
     def total(self):
@@ -76,13 +77,15 @@ def pass_compute(k, p, batch, lay, xp, mb, cp, tp, ep, et, rc) -> PassCompute:
     ein_w = fw * Ls_moe * ct.moe_einsum
     ein_w_h = ein_w if k.pp_layout == LAYOUT_EVEN else lay.Ls_last / Ls * ein_w
     full, sel = rc == R_FULL, rc == R_SELECTIVE
+    # the loss runs beside the head unless nanotron's split opens a stage for it (lay.Ls_loss >= 0)
+    with_head = 1.0 if k.pp_layout == LAYOUT_EVEN else xp.where(lay.Ls_loss < 0, 1.0, 0.0)
     layers_f = lin_x_h + core_f_h + elem_f_h
-    t_f = layers_f + t_head + loss_f
+    t_f = layers_f + t_head + with_head * loss_f
     t_w = lin_f_h + t_head - ein_w_h
     # full recomputation re-runs the transformer layers' forward, not the head or the loss
     # (Megatron's --recompute-granularity full checkpoints the layers only)
     recompute_extra = xp.where(full, layers_f, xp.where(sel, sel_core * core_f_h + sel_rest_h, 0.0))
-    t_b = lin_xb_h + t_head + p.attention_backward_time_ratio * core_f_h + elem_f_h + recompute_extra + loss_b
+    t_b = lin_xb_h + t_head + p.attention_backward_time_ratio * core_f_h + elem_f_h + recompute_extra + with_head * loss_b
     if k.pp_layout == LAYOUT_EVEN:
         return PassCompute(ct, lin_f_h, lin_x_h, lin_xb_h, core_f_h, t_f, t_b, t_w)
     t_f_m = lin_x + core_f + elem_f
@@ -92,6 +95,15 @@ def pass_compute(k, p, batch, lay, xp, mb, cp, tp, ep, et, rc) -> PassCompute:
     lin_f_sel = xp.where(head, lin_f_h, lin_f)
     lin_x_sel, lin_xb_sel = ((xp.where(head, lin_x_h, lin_x), xp.where(head, lin_xb_h, lin_xb)) if split
                              else (lin_f_sel, lin_f_sel))
+    # the loss's own rank (nanotron): its layers and the loss, or the link that brings each
+    # micro-batch's logits from the head's rank (tok x vocab / tp at wire precision, their gradient
+    # going back at the same time) on the tier of two adjacent stages inside a building, whichever
+    # is longer: a floor on the pipeline's pace, as the activations' link is (pipe_time.pp_links)
+    r_l = xp.maximum(lay.Ls_loss, 0.0) / Ls
+    bw_pp, a_pp = tier_of_span(k, 2.0 * k.G_b * lay.b_pp / xp.asfloat(batch["pp"]), xp)
+    t_logits = mb * k.seq / cp * k.vocab / tp * k.wire_bytes / bw_pp + a_pp
+    loss_rank = r_l * (t_f_m + t_b_m + lin_f - ein_w) + loss_f + loss_b
+    floor = (1.0 - with_head) * xp.maximum(loss_rank, t_logits)
     return PassCompute(ct, lin_f_sel, lin_x_sel, lin_xb_sel,
                        xp.where(head, core_f_h, core_f), xp.where(head, t_f, t_f_m), xp.where(head, t_b, t_b_m),
-                       xp.where(head, t_w, lin_f - ein_w))
+                       xp.where(head, t_w, lin_f - ein_w), floor)

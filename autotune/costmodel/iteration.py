@@ -125,6 +125,8 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
 
     # ---- pipeline sends, then the pace of a micro-batch and the whole pipeline ----
     pl = pp_links(k, p, t, link, tok, tp, pp, v, sc, lay.b_pp, xp)
+    # floors on the pace: the activations' link, and the loss's own rank where nanotron's split opens one
+    pace_floor = xp.maximum(pl.bw_bound, pc.loss_floor)
     tp_f_link, tp_b_link = tpt.f_link, tpt.b_link
     if types:
         # buildings of different speeds share the work by speed (hetero.hetero_shares): the pace
@@ -132,10 +134,10 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
         def pace_at(sp, x=1.0, xg=None):
             xg = x if xg is None else xg
             return xp.maximum(pace(t_f_comp / sp + x * (t_f - t_f_comp), t_b_comp / sp + x * (t_b - t_b_comp),
-                                   t_w_comp / sp, xg * gather_f_mb, xg * gather_b_mb, overlap, xp)[2], pl.bw_bound)
+                                   t_w_comp / sp, xg * gather_f_mb, xg * gather_b_mb, overlap, xp)[2], pace_floor)
         f1, b1, _ = pace(t_f, t_b, t_w, gather_f_mb, gather_b_mb, overlap, xp)
         fill = xp.where(pp > 1, bubble_time(sc, pp, v, f1, b1, t_w, xp, k.post_validation, m,
-                                            xp.maximum(t_w, pl.bw_bound - f1 - b1)), 0.0)   # fill and drain at the even pace
+                                            xp.maximum(t_w, pace_floor - f1 - b1)), 0.0)   # fill and drain at the even pace
         speeds = row_speeds(types, pc.total, lambda kj: pass_compute(kj, p, batch, lay, xp, mb, cp, tp, ep, et, rc).total, xp)
         hs = hetero_shares(types, speeds, k.L, p, batch, m, pp, Ls, pace_at, fill, xp)
         t_f_comp, t_b_comp, t_w_comp = hs.compute * t_f_comp, hs.compute * t_b_comp, hs.compute * t_w_comp
@@ -150,7 +152,7 @@ def iteration_formulas(scenario: Scenario, batch: dict, p: CostParams, xp) -> di
     else:
         hetero_plan, m_busiest = (), m
     t_f_p, t_b_p, T_fsdp = pace(t_f, t_b, t_w, gather_f_mb, gather_b_mb, overlap, xp)
-    T_pace = xp.maximum(T_fsdp, pl.bw_bound)
+    T_pace = xp.maximum(T_fsdp, pace_floor)
     pt = pipeline_time(k, sc, pp, v, m, T_pace, t_f_p, t_b_p, t_w, pl, lay.b_pp, xp)
 
     # ---- the step's DP collectives exposed, the optimizer, stragglers (stragglers.py) ----

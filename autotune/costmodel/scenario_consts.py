@@ -195,7 +195,10 @@ def einsum_columns(w, m, p: CostParams) -> float:
 
 def ep_load(k: ScenarioConsts, ep, xp=NUMPY):
     """The busiest EP rank's routed load over the mean: ``k.expert_load`` across ep > 1 ranks; at
-    ep 1 every rank holds every expert and carries the mean."""
+    ep 1 every rank holds every expert and carries the mean. Under einsum dispatch every expert
+    runs its c slots, padded, whatever the routing (``einsum_columns`` / top-k, at any ep)."""
+    if k.einsum_cols:
+        return k.expert_load
     return xp.where(ep > 1, k.expert_load, 1.0)
 
 
@@ -261,7 +264,9 @@ def _compute_consts(scenario: Scenario, params: CostParams) -> ScenarioConsts:
         eager_acts=scenario.workload.activation_memory == "eager",
         post_validation=scenario.workload.optimizer_post_validation,
         tp_overlap=scenario.workload.tp_comm_overlap, ep_overlap=scenario.workload.ep_comm_overlap,
-        ep_dedup=scenario.workload.ep_token_dedup, expert_load=expert_load(scenario.workload, params),
+        ep_dedup=scenario.workload.ep_token_dedup,
+        expert_load=(einsum_columns(scenario.workload, m, params) / m.moe_top_k
+                     if scenario.workload.moe_einsum_dispatch and m.moe_experts else expert_load(scenario.workload, params)),
         einsum_cols=einsum_columns(scenario.workload, m, params),
         compute_scale=1.0 / framework_efficiency(params, scenario.workload.framework),
         **dict(zip(("wire_bytes", "weight_bytes", "grad_bytes", "optimizer_bytes"), state_bytes)),

@@ -26,11 +26,13 @@ def ends_split(L: int, stages: int) -> tuple[list[int], int]:
     return layers, stages - 1
 
 
-def nanotron_split(L: int, stages: int, head_cost: float) -> tuple[list[int], int]:
+def nanotron_split(L: int, stages: int, head_cost: float) -> tuple[list[int], int, int]:
     """nanotron's split by block cost (models/base.py ``build_model``): blocks in order, each layer
-    costing 1 and the head ``head_cost`` (the embedding, norm and loss 0); a block goes to the
-    current stage, which is closed once the cumulative cost passes (total (r + 1) / S).
-    Returns the layers per virtual stage and the head's stage."""
+    costing 1 and the head ``head_cost`` (the embedding, norm, fp32 cast and loss 0); a block goes to
+    the current stage, which is closed once the cumulative cost passes (total (r + 1) / S). The
+    head's block passes its stage's threshold unless it is on the last stage, so the fp32 cast and
+    the loss then open the next stage, which receives the head's logits.
+    Returns the layers per virtual stage, the head's stage and the loss's."""
     costs = np.cumsum([1.0] * L + [head_cost])
     total = costs[-1]
     layers, r = [0] * stages, 0
@@ -41,25 +43,31 @@ def nanotron_split(L: int, stages: int, head_cost: float) -> tuple[list[int], in
             head = r
         if c > total * ((r + 1) / stages) and r < stages - 1:
             r += 1
-    return layers, head
+    return layers, head, r
 
 
-def stage_layers(L: int, layout: str, head_cost: float, stages: int) -> tuple[list[int], int]:
-    """Layers per virtual stage and the head's stage of the ``ends`` or ``balanced`` layout."""
-    return ends_split(L, stages) if layout == "ends" else nanotron_split(L, stages, head_cost)
+def stage_layers(L: int, layout: str, head_cost: float, stages: int) -> tuple[list[int], int, int]:
+    """Layers per virtual stage, the head's stage and the loss's stage of the ``ends`` or
+    ``balanced`` layout (torchtitan computes the loss beside the head)."""
+    if layout == "ends":
+        layers, head = ends_split(L, stages)
+        return layers, head, head
+    return nanotron_split(L, stages, head_cost)
 
 
 @lru_cache(maxsize=4096)
-def rank_layers(L: int, layout: str, head_cost: float, pp: int, v: int, v_style: bool) -> tuple[float, float]:
-    """(layers on the rank holding the most, layers on the rank holding the head) for pp ranks of
-    v virtual stages each: looping placement (stage s on rank s mod pp), or the V placement of
-    ZBV / DualPipeV (v = 2: rank r holds stages r and 2 pp - 1 - r)."""
+def rank_layers(L: int, layout: str, head_cost: float, pp: int, v: int, v_style: bool) -> tuple[float, float, float]:
+    """(layers on the rank holding the most, layers on the rank holding the head, layers on the
+    rank holding the loss where that is another rank, else -1) for pp ranks of v virtual stages
+    each: looping placement (stage s on rank s mod pp), or the V placement of ZBV / DualPipeV
+    (v = 2: rank r holds stages r and 2 pp - 1 - r)."""
     stages = pp * v
     if stages <= 1:
-        return float(L), float(L)
-    layers, head = stage_layers(L, layout, head_cost, stages)
+        return float(L), float(L), -1.0
+    layers, head, loss = stage_layers(L, layout, head_cost, stages)
     owner = [(s if s < pp else 2 * pp - 1 - s) if v_style else s % pp for s in range(stages)]
     per_rank = [0] * pp
     for s, n in enumerate(layers):
         per_rank[owner[s]] += n
-    return float(max(per_rank)), float(per_rank[owner[head]])
+    apart = owner[loss] != owner[head]
+    return float(max(per_rank)), float(per_rank[owner[head]]), float(per_rank[owner[loss]]) if apart else -1.0

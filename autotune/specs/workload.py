@@ -226,6 +226,9 @@ class WorkloadSpec(BaseModel):
         if "fused_group_mlp" in off and off & {"expert_fc1", "moe_act"}:
             raise ValueError("offload_modules fused_group_mlp offloads the whole grouped expert MLP: list it "
                              "without expert_fc1 or moe_act")
+        if self.moe_einsum_dispatch and (self.ep_token_dedup or self.ep_comm_overlap):
+            raise ValueError("moe_einsum_dispatch is DeepSpeed-MoE's dispatcher: it neither de-duplicates tokens "
+                             "(ep_token_dedup) nor overlaps its all-to-all (ep_comm_overlap); set those false")
         if off & MOE_OFFLOAD_MODULES and "moe" in self.recompute_modules:
             raise ValueError(f"offload_modules {','.join(sorted(off & MOE_OFFLOAD_MODULES))} offload inside the "
                              "MoE block, which recompute_modules moe recomputes whole (Megatron-Core refuses both)")

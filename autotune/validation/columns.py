@@ -25,14 +25,9 @@ gradient reduce-scatters are charged without overlap (overlap_dp=0): in the Deep
 runs the time the compute model leaves unexplained is the same at 1 and at 32 sequences per
 micro-batch, i.e. exposed, and about the collectives' bytes at the nodes' NIC rate; PyTorch
 FSDP ("fsdp", "FULL_SHARD") prefetches and keeps the overlap."""
-DEEPSPEED_ZERO12 = (r"zero[ _-]?(?:stage[ _-]?)?[12]\b|\bstage[ _-]?[12]\b", r"deepspeed", r"overlap[ _-]?comm")
-"""(flavour text, framework or source text, the flag that turns the overlap on) of a run on
-DeepSpeed's ZeRO stage 1 or 2. DeepSpeed's ``overlap_comm`` defaults to false for these stages
-(ZERO_OPTIMIZATION_OVERLAP_COMM_DEFAULT; stage 3 turns it on): stage 1 registers no gradient hooks
-and reduces the gradients at the accumulation boundary, after the backward (stage_1_and_2.py
-``reduce_gradients``), stage 2 reduces its buckets from the hooks on the compute stream; either way
-not overlapped (overlap_dp=0) unless the row's flavour names overlap_comm. DeepSpeed's pipeline
-engine reduces after the pipeline's flush in any case."""
+DEEPSPEED_OVERLAP_COMM = re.compile(r"(\bno[ _-]+)?overlap[ _-]?comm(?:\s*[=:]\s*|\s+)?(true|false|yes|no|on|off|1|0)?")
+"""A flavour cell's mention of DeepSpeed's ``overlap_comm``: "overlap_comm", "overlap_comm: true"
+turn it on; "overlap_comm false", "no overlap-comm" keep it off."""
 ALWAYS_RECOMPUTE_SOURCES = ("narayanan",)
 """Narayanan et al. 2021 sec. 5: activation recomputation is used in all runs (unless stated)."""
 COLUMNS = ("source", "model_name", "params_b", "n_layers", "hidden", "ffn_hidden", "n_heads", "n_kv_heads",
@@ -182,12 +177,23 @@ def is_deepspeed_zero3(flavour_text: str, framework_text: str, source: str) -> b
                 and re.search(who, f"{framework_text} {source}".lower()))
 
 
-def is_deepspeed_zero12(flavour_text: str, framework_text: str, source: str) -> bool:
-    """The row ran DeepSpeed's ZeRO stage 1 or 2 without ``overlap_comm`` (``DEEPSPEED_ZERO12``)."""
-    stage, who, overlap = DEEPSPEED_ZERO12
-    t = (flavour_text or "").lower()
-    return bool(re.search(stage, t) and not re.search(overlap, t)
-                and re.search(who, f"{framework_text} {source}".lower()))
+def deepspeed_reduces_after_backward(flavour: str, flavour_text: str, framework_text: str, source: str) -> bool:
+    """The row ran DeepSpeed's engine with plain data parallelism or ZeRO stage 1 or 2 (``flavour``
+    as mapped: ddp, zero1, zero2) without ``overlap_comm``, so its gradients are reduced after the
+    backward: ``overlap_comm`` defaults to false below stage 3 (runtime/zero/config.py: on for
+    stage 3 only); without it stage 1 registers no gradient hooks and reduces at the accumulation
+    boundary (stage_1_and_2.py; bf16 with stage 0 or 1 runs BF16_Optimizer, which also reduces
+    there), stage 2 reduces its buckets from the hooks on the compute stream, and without ZeRO the
+    engine's allreduce_gradients runs at the boundary. DeepSpeed's pipeline engine reduces after its
+    flush in any case. The framework cell decides (the source where that cell is empty)."""
+    if flavour not in ("ddp", "zero1", "zero2"):
+        return False
+    who = framework_text if (framework_text or "").strip() else source
+    if "deepspeed" not in (who or "").lower():
+        return False
+    m = DEEPSPEED_OVERLAP_COMM.search((flavour_text or "").lower())
+    overlapped = bool(m) and not m.group(1) and (m.group(2) or "true") in ("true", "yes", "on", "1")
+    return not overlapped
 
 
 ASSUMED_DP_FLAVOUR_BY_FRAMEWORK = {"megatron": "zero1"}

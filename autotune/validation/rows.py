@@ -16,7 +16,7 @@ from .columns import (schedule_stated, ALWAYS_RECOMPUTE_SOURCES, ASSUMED_FFN_MUL
                       map_attention, ASSUMED_INTERLEAVED_CHUNKS, ASSUMED_MICRO_BATCH,
                       ASSUMED_SCALE_OUT_LATENCY_s, ASSUMED_VOCAB, COLUMNS, MAX_SCALE_OUT_PATHS, METRICS,
                       RECOMPUTE_VALUES, Skip, _cell, _int,
-                      _match_flavour, _match_schedule, is_deepspeed_zero3, is_deepspeed_zero12, map_flavour, map_gpu, map_schedule, one_line,
+                      _match_flavour, _match_schedule, deepspeed_reduces_after_backward, is_deepspeed_zero3, map_flavour, map_gpu, map_schedule, one_line,
                       source_family)
 from .row_fields import (RACK_SCALE_DOMAIN_GPUS, _moe_routing, _shared_experts, _convention, _fsdp_gather, _flag, _flash, _grad_dtype, _grad_reduce_dtype, _moments, _pipeline_layout, _recompute_modules, _offload_modules, _zero1_sync, _ep_dispatcher, _ep_overlap, _float, _framework, _hardware,
                          _post_validation, _tp_overlap)
@@ -332,6 +332,8 @@ def build_case(i: int, row: dict) -> RunCase:
             flavour, regather = "fsdp", "forward"
         ds_zero3 = flavour == "fsdp" and is_deepspeed_zero3(flavour_text, _cell(row, "framework"),
                                                             row.get("source") or "")
+        ds_after = deepspeed_reduces_after_backward(flavour, flavour_text, _cell(row, "framework"),
+                                                    row.get("source") or "")
         gather = _fsdp_gather(row, assumed, ds_zero3) if flavour == "fsdp" and dp * cp > 1 else "unit"
         z1_sync, z1_group = _zero1_sync(row, assumed, flavour, dp * cp) if dp * cp > 1 else ("all_gather", 0)
         zero2 = flavour == "zero2" and dp * cp > 1        # ZeRO-2 shards over data-parallel ranks only
@@ -375,10 +377,10 @@ def build_case(i: int, row: dict) -> RunCase:
     if ds_zero3:
         overlap = 0
         assumed.append("overlap_dp=0 (DeepSpeed ZeRO-3: gathers and reduce-scatters not overlapped)")
-    elif is_deepspeed_zero12(flavour_text, _cell(row, "framework"), row.get("source") or "") and dp * cp > 1:
+    elif ds_after and dp * cp > 1:
         overlap = 0
-        assumed.append("overlap_dp=0 (DeepSpeed ZeRO stage 1/2 without overlap_comm: the gradients are reduced "
-                       "after the backward)")
+        assumed.append("overlap_dp=0 (DeepSpeed's engine without ZeRO-3 or overlap_comm: the gradients are "
+                       "reduced after the backward)")
     cfg = Config(tp=tp, cp=cp, ep=ep, etp=etp, pp=pp, dp=dp, placement="dp_out", dp_flavour=flavour,
                  pp_schedule=sched, pp_chunks=chunks, micro_batch=mb, overlap_dp=overlap,
                  recompute=rec if rec in RECOMPUTE_VALUES else "none")
