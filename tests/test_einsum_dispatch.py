@@ -71,20 +71,25 @@ def test_einsum_refuses_the_megatron_only_dispatch_options():
             {**_scen().workload.model_dump(), "moe_einsum_dispatch": True, "ep_token_dedup": True})
 
 
-def test_backward_has_two_input_gradients_and_one_weight_gradient():
+@pytest.mark.parametrize("recompute,rc_code", [("none", 0), ("full", 2)])
+def test_backward_has_two_input_gradients_and_one_weight_gradient(recompute, rc_code):
+    """Per MoE layer, against the permuting dispatcher: forward +2 einsums - the permutation; backward
+    +2 (the input gradients) - the permutation, and under full recomputation the forward again;
+    weight gradients +1 (the combine weights')."""
     p = default_params()
-    cfg = Config(tp=1, pp=1, dp=8, ep=8, micro_batch=1, recompute="none", dp_flavour="zero1")
+    cfg = Config(tp=1, pp=1, dp=8, ep=8, micro_batch=1, recompute=recompute, dp_flavour="zero1")
     row = scalar_row(cfg)
     out = {}
     for e in (True, False):
-        scen = _scen(moe_einsum_dispatch=e, moe_routing="capacity")
-        k = scenario_consts(scen, p)
-        lay = layout(k, row, SCALAR)
-        out[e] = pass_compute(k, p, row, lay, SCALAR, 1.0, 1.0, 1.0, 8.0, 1.0, 0)
-    ein = k.compute_scale * out[True].ct.moe_einsum * layout(k, row, SCALAR).Ls_moe
-    perm = k.compute_scale * out[False].ct.moe_permute * layout(k, row, SCALAR).Ls_moe
+        k = scenario_consts(_scen(moe_einsum_dispatch=e, moe_routing="capacity"), p)
+        out[e] = pass_compute(k, p, row, layout(k, row, SCALAR), SCALAR, 1.0, 1.0, 1.0, 8.0, 1.0, rc_code)
+    moe_layers = layout(k, row, SCALAR).Ls_moe
+    ein = k.compute_scale * out[True].ct.moe_einsum * moe_layers
+    perm = k.compute_scale * out[False].ct.moe_permute * moe_layers
+    again = 1.0 if recompute == "full" else 0.0
+    assert ein > 0.0 and perm > 0.0
     assert out[True].t_f - out[False].t_f == pytest.approx(2.0 * ein - perm)
-    assert out[True].t_b - out[False].t_b == pytest.approx(2.0 * ein - perm)
+    assert out[True].t_b - out[False].t_b == pytest.approx((1.0 + again) * (2.0 * ein - perm))
     assert out[True].t_w - out[False].t_w == pytest.approx(ein)
 
 
