@@ -141,8 +141,8 @@ def megatron_args(scenario, cfg: Config) -> tuple[list[str], list[str]]:
     elif layout != "even":
         from .costmodel.scenario_consts import head_layer_equivalents
         from .costmodel.stage_split import stage_layers
-        split = stage_layers(m.n_layers, layout, head_layer_equivalents(m), cfg.pp * cfg.pp_chunks)[0]
-        notes.append(f"pipeline_layout={layout}: layers per virtual stage {split} (the head on the last); "
+        split, head = stage_layers(m.n_layers, layout, head_layer_equivalents(m), cfg.pp * cfg.pp_chunks)[:2]
+        notes.append(f"pipeline_layout={layout}: layers per virtual stage {split} (the head on stage {head}); "
                      "Megatron-Core takes it as --pipeline-model-parallel-layout"
                      + (" (nanotron's own split)" if layout == "balanced" else " (torchtitan's own split)"))
     if cfg.pp_schedule == "interleaved_1f1b" and layout == "even":

@@ -18,6 +18,7 @@ class _K:
     """The fields ``layers_on_rank`` reads."""
     def __init__(self, L, layout, x=0.0):
         self.L, self.pp_layout, self.head_layer_equiv, self.moe_frac = float(L), layout, float(x), 0.0
+        self.loss_blocks = True
 
 
 def _layers(L, layout, pp, v=1, x=0.0, v_style=False):
@@ -69,7 +70,8 @@ def _torchtitan(L, S):
 
 def _nanotron(L, S, x):
     """nanotron's build_model loop, written out: the rank of every block."""
-    blocks = ["token_embedding"] + [f"decoder{i}" for i in range(L)] + ["final_layer_norm", "lm_head", "loss"]
+    blocks = ["token_embedding"] + [f"decoder{i}" for i in range(L)] + ["final_layer_norm", "lm_head", "cast_to_fp32",
+                                                                         "loss"]
     cost = {"lm_head": x, **{f"decoder{i}": 1.0 for i in range(L)}}
     cum = np.cumsum([cost.get(b, 0.0) for b in blocks])
     thresholds = [cum[-1] * ((r + 1) / S) for r in range(S)]
@@ -104,33 +106,69 @@ def test_the_splits_match_the_frameworks_code(L, pp, v, v_style, x):
         per_rank[owner[ranks[f"decoder{i}"]]] += 1
     assert _layers(L, LAYOUT_BALANCED, pp, v, x=x, v_style=v_style) == (max(per_rank),
                                                                           per_rank[owner[ranks["lm_head"]]])
-    # the loss: on the head's rank, or (the head's block passing its stage's threshold) on the next
+    # the fp32 cast and the loss: where nanotron's loop puts them (blocks of their own), the ranks
+    # the logits travel between; beside the head where they are not blocks (Megatron-Core, torchtitan)
     from autotune.costmodel.stage_split import rank_layers
-    head_rank, loss_rank = owner[ranks["lm_head"]], owner[ranks["loss"]]
-    want = -1.0 if loss_rank == head_rank else float(per_rank[loss_rank])
-    assert rank_layers(L, "balanced", float(x), pp, v, v_style)[2] == want
-    assert rank_layers(L, "ends", float(x), pp, v, v_style)[2] == -1.0
+    h, c, lo = (owner[ranks[b]] for b in ("lm_head", "cast_to_fp32", "loss"))
+    want = (-1.0 if lo == h else float(per_rank[lo]), float(c != h), float(lo != c))
+    assert rank_layers(L, "balanced", float(x), pp, v, v_style, True)[2:] == want
+    assert rank_layers(L, "balanced", float(x), pp, v, v_style, False)[2:] == (-1.0, 0.0, 0.0)
+    assert rank_layers(L, "ends", float(x), pp, v, v_style, True)[2:] == (-1.0, 0.0, 0.0)
 
 
 def test_a_loss_on_its_own_rank_paces_the_pipeline_by_its_logits_link():
     """nanotron's split of a 32-layer, 131k-vocabulary model over 16 stages puts the head on stage
-    14 and the loss on stage 15, which receives each micro-batch's logits: the pace is at least
-    their transfer, and a slower scale-out link (a stage fills a node of 8) makes the step longer."""
+    14, the fp32 cast and the loss on 15, which receives each micro-batch's logits: the pace is at
+    least their transfer, the head's rank no longer runs the loss, a slower scale-out link (a stage
+    fills a node of 8) makes the step longer; a head two stages short adds the fp32 hop. Megatron-Core's
+    balanced layout keeps the loss with the head: no such link."""
     from autotune.costmodel.stage_split import nanotron_split
-    layers, head, loss = nanotron_split(32, 16, 2.21)
-    assert (head, loss, layers[15]) == (14, 15, 0)
-    assert nanotron_split(32, 4, 2.21)[1:] == (3, 3)
+    layers, head, cast, loss = nanotron_split(32, 16, 2.21)
+    assert (head, cast, loss, layers[15]) == (14, 15, 15, 0)
+    assert nanotron_split(32, 4, 2.21)[1:] == (3, 3, 3)
+    assert nanotron_split(16, 16, 3.9)[1:] == (12, 13, 14)      # the 1B's weights at pp 16: two hops
 
-    def step(nic_Bps, layout="balanced"):
+    def step(nic_Bps, framework="nanotron", layout="balanced", tp=1):
         over = ["model.n_layers=32", "model.vocab=131072", f"cluster.scale_out.bandwidth_Bps={nic_Bps}",
-                f"workload.pipeline_layout={layout}", "workload.framework=nanotron", "workload.global_batch_seqs=256"]
+                f"workload.pipeline_layout={layout}", f"workload.framework={framework}",
+                "workload.global_batch_seqs=256"]
         s = build_scenario("llama3-8b", "single-building", gpus=128, overrides=over)
-        return evaluate(s, Config(tp=1, pp=16, dp=8, dp_flavour="zero1", pp_schedule="1f1b", micro_batch=1))
-    fast, slow = step(50e9), step(5e9)
+        return s, evaluate(s, Config(tp=tp, pp=16, dp=8 // tp, dp_flavour="zero1", pp_schedule="1f1b", micro_batch=1))
+    scen, fast = step(50e9)
+    _, slow = step(5e9)
     assert slow.iteration_time_s > fast.iteration_time_s
-    logits_s = 4096 * 131072 * 2 / 5e9                  # one micro-batch's logits at the scale-out line rate
-    assert slow.iteration_time_s >= 32 * logits_s      # 32 micro-batches a pipeline
-    assert step(5e9, "ends").iteration_time_s < slow.iteration_time_s     # the loss beside the head: no such link
+    logits_s = scen.seq_len * 131072 * 2 / 5e9       # one micro-batch's bf16 logits at the scale-out line rate
+    assert slow.iteration_time_s >= 32 * logits_s    # 32 micro-batches a pipeline
+    _, tp2 = step(5e9, tp=2)                          # half the vocabulary a rank: half the hop
+    assert tp2.iteration_time_s < slow.iteration_time_s
+    _, mega = step(5e9, framework="megatron")
+    assert mega.iteration_time_s < 32 * logits_s     # the loss beside the head: no logits hop
+    assert step(5e9, layout="ends")[1].iteration_time_s < slow.iteration_time_s
+
+
+def test_the_heads_rank_drops_the_loss_that_moved():
+    from autotune.costmodel.compute_pass import pass_compute
+    from autotune.costmodel.params import default_params
+    from autotune.costmodel.scenario_consts import scenario_consts
+    from autotune.costmodel.terms import layout
+    from autotune.configbatch import scalar_row
+    from autotune.costmodel.xp import SCALAR
+    p = default_params()
+    row = scalar_row(Config(tp=1, pp=16, dp=8, dp_flavour="zero1", pp_schedule="1f1b", micro_batch=1))
+    out = {}
+    for fw in ("nanotron", "megatron"):
+        s = build_scenario("llama3-8b", "single-building", gpus=128, overrides=[
+            "model.n_layers=32", "model.vocab=131072", "workload.pipeline_layout=balanced", f"workload.framework={fw}"])
+        k = scenario_consts(s, p)
+        lay = layout(k, row, SCALAR)
+        pc = pass_compute(k, p, row, lay, SCALAR, 1.0, 1.0, 1.0, 1.0, 1.0, 0)
+        out[fw] = (pc, k.compute_scale, lay)
+    (nano, f_n, lay_n), (mega, f_m, _) = out["nanotron"], out["megatron"]
+    assert lay_n.loss.Ls_loss == 0.0 and lay_n.loss.hop16 == 1.0 and lay_n.loss.hop32 == 0.0
+    assert nano.loss_floor > 0.0 and mega.loss_floor == 0.0
+    # the head's rank (the bottleneck here: 2 layers and the head) runs the loss only under Megatron
+    assert mega.t_f / f_m - nano.t_f / f_n == pytest.approx(nano.ct.loss_f)
+    assert mega.t_b / f_m - nano.t_b / f_n == pytest.approx(nano.ct.loss_b)
 
 
 def _gpt_small(**workload):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from ..specs.codes import Recompute
+from . import constants as C
 from .scenario_consts import LAYOUT_EVEN, tier_of_span
 from .terms import ComputeTerms, compute_terms
 
@@ -77,8 +78,9 @@ def pass_compute(k, p, batch, lay, xp, mb, cp, tp, ep, et, rc) -> PassCompute:
     ein_w = fw * Ls_moe * ct.moe_einsum
     ein_w_h = ein_w if k.pp_layout == LAYOUT_EVEN else lay.Ls_last / Ls * ein_w
     full, sel = rc == R_FULL, rc == R_SELECTIVE
-    # the loss runs beside the head unless nanotron's split opens a stage for it (lay.Ls_loss >= 0)
-    with_head = 1.0 if k.pp_layout == LAYOUT_EVEN else xp.where(lay.Ls_loss < 0, 1.0, 0.0)
+    # the loss runs beside the head unless nanotron's split puts it on another rank (lay.loss)
+    lb = lay.loss
+    with_head = 1.0 if k.pp_layout == LAYOUT_EVEN or lb is None else xp.where(lb.Ls_loss < 0, 1.0, 0.0)
     layers_f = lin_x_h + core_f_h + elem_f_h
     t_f = layers_f + t_head + with_head * loss_f
     t_w = lin_f_h + t_head - ein_w_h
@@ -95,15 +97,23 @@ def pass_compute(k, p, batch, lay, xp, mb, cp, tp, ep, et, rc) -> PassCompute:
     lin_f_sel = xp.where(head, lin_f_h, lin_f)
     lin_x_sel, lin_xb_sel = ((xp.where(head, lin_x_h, lin_x), xp.where(head, lin_xb_h, lin_xb)) if split
                              else (lin_f_sel, lin_f_sel))
-    # the loss's own rank (nanotron): its layers and the loss, or the link that brings each
-    # micro-batch's logits from the head's rank (tok x vocab / tp at wire precision, their gradient
-    # going back at the same time) on the tier of two adjacent stages inside a building, whichever
-    # is longer: a floor on the pipeline's pace, as the activations' link is (pipe_time.pp_links)
-    r_l = xp.maximum(lay.Ls_loss, 0.0) / Ls
-    bw_pp, a_pp = tier_of_span(k, 2.0 * k.G_b * lay.b_pp / xp.asfloat(batch["pp"]), xp)
-    t_logits = mb * k.seq / cp * k.vocab / tp * k.wire_bytes / bw_pp + a_pp
-    loss_rank = r_l * (t_f_m + t_b_m + lin_f - ein_w) + loss_f + loss_b
-    floor = (1.0 - with_head) * xp.maximum(loss_rank, t_logits)
+    # nanotron's cast and loss on ranks of their own (lay.loss): the loss's rank runs its layers and
+    # the loss; the head's rank sends each micro-batch's logits (tok x vocab / tp, activation
+    # dtype) to the cast's, which sends them in fp32 to the loss's where that is another rank, and
+    # the gradients come back the same way. Each such rank or link, whichever is longest, floors
+    # the pipeline's pace, as the activations' link does (pipe_time.pp_links): the transfers
+    # overlap the ranks' compute (the Playbook's 1B at pp 8 leaves 29 ms a micro-batch for a 24 ms
+    # hop each way, so its sends and receives cannot run one after the other); the links are those
+    # of two adjacent stages inside a building (tier_of_span)
+    if lb is None:
+        floor = 0.0
+    else:
+        r_l = xp.maximum(lb.Ls_loss, 0.0) / Ls
+        bw_pp, a_pp = tier_of_span(k, 2.0 * k.G_b * lay.b_pp / xp.asfloat(batch["pp"]), xp)
+        logits = mb * k.seq / cp * k.vocab / tp
+        t16, t32 = logits * k.wire_bytes / bw_pp + a_pp, logits * C.FP32_BYTES / bw_pp + a_pp
+        loss_rank = (1.0 - with_head) * (r_l * (t_f_m + t_b_m + lin_f - ein_w) + loss_f + loss_b)
+        floor = xp.maximum(loss_rank, xp.maximum(lb.hop16 * t16, lb.hop32 * t32))
     return PassCompute(ct, lin_f_sel, lin_x_sel, lin_xb_sel,
                        xp.where(head, core_f_h, core_f), xp.where(head, t_f, t_f_m), xp.where(head, t_b, t_b_m),
                        xp.where(head, t_w, lin_f - ein_w), floor)

@@ -59,6 +59,7 @@ class ScenarioConsts:
     shard_gradients: bool        # WorkloadSpec.shard_gradients (ZeRO-2 under the zero1 flavour)
     pp_layout: int               # LAYOUT_EVEN, LAYOUT_ENDS or LAYOUT_BALANCED (WorkloadSpec.pipeline_layout)
     head_layer_equiv: float      # the head's block cost in layers, nanotron's weights (balanced split)
+    loss_blocks: bool            # the logits' fp32 cast and the loss are pipeline blocks of their own (nanotron)
     rc_modules: frozenset = frozenset({"core_attn"})   # WorkloadSpec.recompute_modules (recompute = selective)
     zero1_bcast: bool = False          # WorkloadSpec.zero1_param_sync == "broadcast" (InternEvo)
     zero1_group: float = 0.0           # WorkloadSpec.zero1_shard_ranks (0: all data-parallel ranks)
@@ -277,6 +278,7 @@ def _compute_consts(scenario: Scenario, params: CostParams) -> ScenarioConsts:
         fsdp_regather=_REGATHER[scenario.workload.fsdp_regather],
         shard_gradients=scenario.workload.shard_gradients,
         pp_layout=_LAYOUT[scenario.workload.resolved_pipeline_layout], head_layer_equiv=head_layer_equivalents(m),
+        loss_blocks=scenario.workload.framework == "nanotron",
         rc_modules=frozenset(scenario.workload.recompute_modules),
         zero1_bcast=scenario.workload.zero1_param_sync == "broadcast",
         zero1_group=float(scenario.workload.zero1_shard_ranks),

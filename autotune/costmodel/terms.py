@@ -20,7 +20,7 @@ from .params import CostParams
 from .pipeline import head_on_first_rank
 from .scenario_consts import (FSDP_GATHER_MODULE, FSDP_GATHER_PARAMETER, LAYOUT_ENDS, LAYOUT_EVEN, ScenarioConsts,
                               ep_load, ring_tier_of_span)
-from .stage_split import rank_layers
+from .stage_split import LossBlocks, rank_layers
 from .zero1 import zero1_broadcasts
 from .zero3 import fsdp_calls
 
@@ -194,8 +194,8 @@ def compute_terms(k: ScenarioConsts, p: CostParams, mb, cp, tp, ep, et, xp) -> C
 
 def layers_on_rank(k: ScenarioConsts, pp, v, v_style, xp):
     """(all, dense, MoE) layers on the rank holding the most layers, the layers on the rank
-    holding the head (``Ls_last``) and on the rank holding the loss where nanotron's split puts it
-    on another rank (``Ls_loss``, else -1), for pp ranks of v virtual stages each, in the
+    holding the head (``Ls_last``) and where nanotron's split puts the logits' cast and the loss
+    on other ranks, those (``LossBlocks``), for pp ranks of v virtual stages each, in the
     workload's pipeline layout (WorkloadSpec.pipeline_layout):
 
     - even (Megatron's default): ceil(L / (pp v)) a virtual stage, the head on top of a full share
@@ -205,14 +205,14 @@ def layers_on_rank(k: ScenarioConsts, pp, v, v_style, xp):
     At pp v = 1 every layer is on the one rank."""
     if k.pp_layout == LAYOUT_EVEN:
         Ls = xp.ceil(k.L / (pp * v)) * v
-        Ls_last, Ls_loss = Ls, -1.0
+        Ls_last, Ls_loss, hop16, hop32 = Ls, -1.0, 0.0, 0.0
     else:
         layout = "ends" if k.pp_layout == LAYOUT_ENDS else "balanced"
-        Ls, Ls_last, Ls_loss = xp.per_pair(
-            lambda a, b: rank_layers(int(k.L), layout, k.head_layer_equiv, a, b // 2, bool(b % 2)),
-            pp, 2 * v + xp.where(v_style, 1, 0), n_out=3)
+        Ls, Ls_last, Ls_loss, hop16, hop32 = xp.per_pair(
+            lambda a, b: rank_layers(int(k.L), layout, k.head_layer_equiv, a, b // 2, bool(b % 2), k.loss_blocks),
+            pp, 2 * v + xp.where(v_style, 1, 0), n_out=5)
     Ls_moe = Ls * k.moe_frac
-    return Ls, Ls - Ls_moe, Ls_moe, Ls_last, Ls_loss
+    return Ls, Ls - Ls_moe, Ls_moe, Ls_last, LossBlocks(Ls_loss, hop16, hop32)
 
 
 def expert_tp(batch, xp):
@@ -255,7 +255,7 @@ class Layout(NamedTuple):
     P_dense: object; P_exp: object                   # parameters per GPU before DP sharding
     b_pp: object; b_dp: object; x_exp: object; x_ep: object; x_cp: object   # building_spans
     head_on_first: object                            # embedding and head on one rank (pp 1, V schedules)
-    Ls_loss: object = -1.0                           # layers beside the loss on its own rank, else -1
+    loss: object = None                              # LossBlocks: nanotron's cast and loss apart from the head
 
 
 def layout(k: ScenarioConsts, batch, xp) -> Layout:
@@ -263,10 +263,10 @@ def layout(k: ScenarioConsts, batch, xp) -> Layout:
     f = xp.asfloat
     tp, ep, pp, v = (f(batch[x]) for x in ("tp", "ep", "pp", "pp_chunks"))
     head_on_first = head_on_first_rank(batch["pp_schedule"], pp)
-    Ls, Ls_dense, Ls_moe, Ls_last, Ls_loss = layers_on_rank(k, pp, v, head_on_first & (pp > 1), xp)
+    Ls, Ls_dense, Ls_moe, Ls_last, loss = layers_on_rank(k, pp, v, head_on_first & (pp > 1), xp)
     return Layout(Ls, Ls_dense, Ls_moe, Ls_last, *stage_params(k, tp, ep, expert_tp(batch, xp), pp, head_on_first, Ls_dense,
                                                       Ls_moe, xp),
-                  *building_spans(k, batch["placement"], xp), head_on_first, Ls_loss)
+                  *building_spans(k, batch["placement"], xp), head_on_first, loss)
 
 
 class DPComm(NamedTuple):
