@@ -278,7 +278,7 @@ def test_a_data_parallel_ring_over_nodes_scales_as_internevo_measured():
 
 
 def test_deepspeed_zero3_rows_run_without_overlap():
-    from autotune.validation.columns import is_deepspeed_zero3
+    from autotune.validation.deepspeed_engine import is_deepspeed_zero3
     assert is_deepspeed_zero3("zero3 (offload not stated)", "megatron-deepspeed", "DeepSpeed on Azure blog")
     assert is_deepspeed_zero3("ZeRO stage 3", "", "Narayanan et al. SC'21 Table 2")
     assert not is_deepspeed_zero3("FULL_SHARD", "pytorch-fsdp", "IBM FSDP blog")
@@ -290,7 +290,7 @@ def test_deepspeed_zero3_rows_run_without_overlap():
 
 
 def test_deepspeed_engine_rows_reduce_after_the_backward_unless_overlap_comm():
-    from autotune.validation.columns import deepspeed_reduces_after_backward as after
+    from autotune.validation.deepspeed_engine import deepspeed_reduces_after_backward as after
     assert after("zero1", "zero1", "megatron-deepspeed", "")
     assert after("zero2", "ZeRO stage 2", "deepspeed", "")
     assert after("zero1", "zero_stage=1", "", "DeepSpeed team blog")          # framework cell empty: the source

@@ -80,7 +80,7 @@ def pass_compute(k, p, batch, lay, xp, mb, cp, tp, ep, et, rc) -> PassCompute:
     full, sel = rc == R_FULL, rc == R_SELECTIVE
     # the loss runs beside the head unless nanotron's split puts it on another rank (lay.loss)
     lb = lay.loss
-    with_head = 1.0 if k.pp_layout == LAYOUT_EVEN or lb is None else xp.where(lb.Ls_loss < 0, 1.0, 0.0)
+    with_head = xp.where(lb.Ls_loss < 0, 1.0, 0.0) if k.loss_blocks else 1.0
     layers_f = lin_x_h + core_f_h + elem_f_h
     t_f = layers_f + t_head + with_head * loss_f
     t_w = lin_f_h + t_head - ein_w_h
@@ -105,7 +105,7 @@ def pass_compute(k, p, batch, lay, xp, mb, cp, tp, ep, et, rc) -> PassCompute:
     # overlap the ranks' compute (the Playbook's 1B at pp 8 leaves 29 ms a micro-batch for a 24 ms
     # hop each way, so its sends and receives cannot run one after the other); the links are those
     # of two adjacent stages inside a building (tier_of_span)
-    if lb is None:
+    if not k.loss_blocks:
         floor = 0.0
     else:
         r_l = xp.maximum(lb.Ls_loss, 0.0) / Ls

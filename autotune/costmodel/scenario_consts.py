@@ -175,11 +175,12 @@ def expert_load(w, p: CostParams) -> float:
     """The busiest expert-parallel rank's routed tokens over the mean (WorkloadSpec.moe_routing):
     dropless, CostParams.dropless_expert_imbalance; capacity factor c, min(c, that): tokens past
     capacity are dropped (without padding to capacity a rank never carries more than its natural
-    load); balanced, 1."""
+    load; einsum dispatch pads every expert to its capacity, c, ``einsum_columns``); balanced, 1."""
     if w.moe_routing == "balanced":
         return 1.0
     if w.moe_routing == "capacity":
-        return min(w.moe_capacity_factor, p.dropless_expert_imbalance)
+        cf = w.moe_capacity_factor
+        return cf if w.moe_einsum_dispatch else min(cf, p.dropless_expert_imbalance)
     return p.dropless_expert_imbalance
 
 
@@ -190,8 +191,7 @@ def einsum_columns(w, m, p: CostParams) -> float:
     expert's count (the dispatcher's all-reduce of the maximum), k s x the imbalance; balanced, k s."""
     if not (w.moe_einsum_dispatch and m.moe_experts):
         return 0.0
-    share = w.moe_capacity_factor if w.moe_routing == "capacity" else expert_load(w, p)
-    return m.moe_top_k * share
+    return m.moe_top_k * expert_load(w, p)
 
 
 def ep_load(k: ScenarioConsts, ep, xp=NUMPY):
@@ -266,8 +266,7 @@ def _compute_consts(scenario: Scenario, params: CostParams) -> ScenarioConsts:
         post_validation=scenario.workload.optimizer_post_validation,
         tp_overlap=scenario.workload.tp_comm_overlap, ep_overlap=scenario.workload.ep_comm_overlap,
         ep_dedup=scenario.workload.ep_token_dedup,
-        expert_load=(einsum_columns(scenario.workload, m, params) / m.moe_top_k
-                     if scenario.workload.moe_einsum_dispatch and m.moe_experts else expert_load(scenario.workload, params)),
+        expert_load=expert_load(scenario.workload, params),
         einsum_cols=einsum_columns(scenario.workload, m, params),
         compute_scale=1.0 / framework_efficiency(params, scenario.workload.framework),
         **dict(zip(("wire_bytes", "weight_bytes", "grad_bytes", "optimizer_bytes"), state_bytes)),

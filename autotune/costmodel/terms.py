@@ -255,7 +255,7 @@ class Layout(NamedTuple):
     P_dense: object; P_exp: object                   # parameters per GPU before DP sharding
     b_pp: object; b_dp: object; x_exp: object; x_ep: object; x_cp: object   # building_spans
     head_on_first: object                            # embedding and head on one rank (pp 1, V schedules)
-    loss: object = None                              # LossBlocks: nanotron's cast and loss apart from the head
+    loss: LossBlocks                                 # nanotron's cast and loss apart from the head (layers_on_rank)
 
 
 def layout(k: ScenarioConsts, batch, xp) -> Layout:

@@ -16,8 +16,9 @@ from .columns import (schedule_stated, ALWAYS_RECOMPUTE_SOURCES, ASSUMED_FFN_MUL
                       map_attention, ASSUMED_INTERLEAVED_CHUNKS, ASSUMED_MICRO_BATCH,
                       ASSUMED_SCALE_OUT_LATENCY_s, ASSUMED_VOCAB, COLUMNS, MAX_SCALE_OUT_PATHS, METRICS,
                       RECOMPUTE_VALUES, Skip, _cell, _int,
-                      _match_flavour, _match_schedule, deepspeed_reduces_after_backward, is_deepspeed_zero3, map_flavour, map_gpu, map_schedule, one_line,
+                      _match_flavour, _match_schedule, map_flavour, map_gpu, map_schedule, one_line,
                       source_family)
+from .deepspeed_engine import deepspeed_reduces_after_backward, is_deepspeed_zero3
 from .row_fields import (RACK_SCALE_DOMAIN_GPUS, _moe_routing, _shared_experts, _convention, _fsdp_gather, _flag, _flash, _grad_dtype, _grad_reduce_dtype, _moments, _pipeline_layout, _recompute_modules, _offload_modules, _zero1_sync, _ep_dispatcher, _ep_overlap, _float, _framework, _hardware,
                          _post_validation, _tp_overlap)
 
