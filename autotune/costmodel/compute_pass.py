@@ -6,7 +6,8 @@ from typing import NamedTuple
 
 from ..specs.codes import Recompute
 from . import constants as C
-from .scenario_consts import LAYOUT_EVEN, tier_of_span
+from .pipe_time import stage_tier
+from .scenario_consts import LAYOUT_EVEN
 from .terms import ComputeTerms, compute_terms
 
 R_NONE, R_SELECTIVE, R_FULL = Recompute.codes()
@@ -104,12 +105,12 @@ def pass_compute(k, p, batch, lay, xp, mb, cp, tp, ep, et, rc) -> PassCompute:
     # the pipeline's pace, as the activations' link does (pipe_time.pp_links): the transfers
     # overlap the ranks' compute (the Playbook's 1B at pp 8 leaves 29 ms a micro-batch for a 24 ms
     # hop each way, so its sends and receives cannot run one after the other); the links are those
-    # of two adjacent stages inside a building (tier_of_span)
+    # of two adjacent stages inside a building (pipe_time.stage_tier)
     if not k.loss_blocks:
         floor = 0.0
     else:
         r_l = xp.maximum(lb.Ls_loss, 0.0) / Ls
-        bw_pp, a_pp = tier_of_span(k, 2.0 * k.G_b * lay.b_pp / xp.asfloat(batch["pp"]), xp)
+        _, bw_pp, a_pp = stage_tier(k, lay.b_pp, xp.asfloat(batch["pp"]), xp)
         logits = mb * k.seq / cp * k.vocab / tp
         t16, t32 = logits * k.wire_bytes / bw_pp + a_pp, logits * C.FP32_BYTES / bw_pp + a_pp
         loss_rank = (1.0 - with_head) * (r_l * (t_f_m + t_b_m + lin_f - ein_w) + loss_f + loss_b)

@@ -24,6 +24,13 @@ class PPLinks(NamedTuple):
     bw_bound: object    # seconds per micro-batch the link's rate alone takes (a floor on the pace)
 
 
+def stage_tier(k, b_pp, pp, xp):
+    """(GPUs one pipeline stage spans in a building, and the (bandwidth, alpha) of the in-building
+    tier joining two adjacent stages: ``tier_of_span`` of both stages' GPUs)."""
+    stage_gpus = k.G_b * b_pp / pp
+    return (stage_gpus, *tier_of_span(k, 2 * stage_gpus, xp))
+
+
 def pp_links(k, p, t, link: P2PLink, tok, tp, pp, v, sc, b_pp, xp) -> PPLinks:
     """The sends between stages: inside a building on its tier (``tier_of_span`` of the two stages'
     GPUs); across buildings NCCL send/recv in 128 KiB chunks, NCCL_STEPS in flight per channel
@@ -31,8 +38,7 @@ def pp_links(k, p, t, link: P2PLink, tok, tp, pp, v, sc, b_pp, xp) -> PPLinks:
     DualPipeV included, moves its messages through the link: the window-bound rate caps the pace
     even where the transfer overlaps compute."""
     s_pp = tok * k.h * k.wire_bytes / tp
-    stage_gpus = k.G_b * b_pp / pp
-    bw_in, a_in = tier_of_span(k, 2 * stage_gpus, xp)
+    stage_gpus, bw_in, a_in = stage_tier(k, b_pp, pp, xp)
     bw_x = t.goodput_where(b_pp > 1, xp.maximum(stage_gpus, 1.0), link.channels, link.window)
     t_in = s_pp / bw_in + a_in
     ax = k.x_alpha_s * link.stall

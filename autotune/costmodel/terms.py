@@ -205,14 +205,15 @@ def layers_on_rank(k: ScenarioConsts, pp, v, v_style, xp):
     At pp v = 1 every layer is on the one rank."""
     if k.pp_layout == LAYOUT_EVEN:
         Ls = xp.ceil(k.L / (pp * v)) * v
-        Ls_last, Ls_loss, hop16, hop32 = Ls, -1.0, 0.0, 0.0
+        Ls_last, loss = Ls, LossBlocks()
     else:
         layout = "ends" if k.pp_layout == LAYOUT_ENDS else "balanced"
-        Ls, Ls_last, Ls_loss, hop16, hop32 = xp.per_pair(
+        Ls, Ls_last, *blocks = xp.per_pair(
             lambda a, b: rank_layers(int(k.L), layout, k.head_layer_equiv, a, b // 2, bool(b % 2), k.loss_blocks),
             pp, 2 * v + xp.where(v_style, 1, 0), n_out=5)
+        loss = LossBlocks(*blocks)
     Ls_moe = Ls * k.moe_frac
-    return Ls, Ls - Ls_moe, Ls_moe, Ls_last, LossBlocks(Ls_loss, hop16, hop32)
+    return Ls, Ls - Ls_moe, Ls_moe, Ls_last, loss
 
 
 def expert_tp(batch, xp):
