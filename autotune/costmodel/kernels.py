@@ -110,6 +110,14 @@ def attention_core_efficiency(head_dim, chunk_len, p: CostParams):
             * chunk_len / (chunk_len + p.attention_seq_half))
 
 
+def fa2_speed_ratio(head_dim) -> float:
+    """FlashAttention-2's speed over the native kernel on compute capability 9.0 and newer:
+    ``FA2_HOPPER_SPEED_RATIO_HDIM64`` at head dim <= 64, ``..._HDIM128`` at >= 128, linear between
+    (the two head dims the FlashAttention-3 paper measures both passes at)."""
+    w = min(max((float(head_dim) - 64.0) / 64.0, 0.0), 1.0)
+    return C.FA2_HOPPER_SPEED_RATIO_HDIM64 + w * (C.FA2_HOPPER_SPEED_RATIO_HDIM128 - C.FA2_HOPPER_SPEED_RATIO_HDIM64)
+
+
 def attention_core_fwd_time_s(tokens, keys_per_query, qv_width, peak_flops: float, p: CostParams,
                               head_dim, chunk_len):
     """Seconds of the attention core's forward at ``attention_core_efficiency`` of peak; the

@@ -8,7 +8,7 @@ import numpy as np
 
 from ..specs.scenario import Scenario
 from . import constants as C
-from .kernels import gemm_out_weight
+from .kernels import fa2_speed_ratio, gemm_out_weight
 from .network import effective_bandwidth_Bps
 from .params import CostParams
 from .xp import NUMPY, SCALAR
@@ -42,6 +42,7 @@ class ScenarioConsts:
     x_tier_name: str             # "cross_region" where buildings span regions, else "cross_building"
     net_eff: float
     flash: bool
+    attn_speed: float            # attention kernel speed over the native one (WorkloadSpec.attention_kernel)
     eager_acts: bool             # WorkloadSpec.activation_memory == "eager"
     post_validation: bool        # WorkloadSpec.optimizer_post_validation
     tp_overlap: bool             # WorkloadSpec.tp_comm_overlap
@@ -262,6 +263,7 @@ def _compute_consts(scenario: Scenario, params: CostParams) -> ScenarioConsts:
         fsdp_unit_layers=float(scenario.workload.fsdp_unit_layers),
         x_tier=xt, x_tier_name="cross_region" if len({b.region for b in c.buildings}) > 1 else "cross_building",
         net_eff=params.network_efficiency, flash=scenario.workload.flash_attention,
+        attn_speed=fa2_speed_ratio(m.qk_head_dim) if scenario.workload.attention_kernel == "fa2" and min(caps) >= 9.0 else 1.0,
         eager_acts=scenario.workload.activation_memory == "eager",
         post_validation=scenario.workload.optimizer_post_validation,
         tp_overlap=scenario.workload.tp_comm_overlap, ep_overlap=scenario.workload.ep_comm_overlap,

@@ -168,7 +168,7 @@ def compute_terms(k: ScenarioConsts, p: CostParams, mb, cp, tp, ep, et, xp) -> C
         # output ((mlp_mats - 1) ffn_e / et) and writes ffn_e / et, bf16
         act_elems = tok * k.top_k * load * et / tp * k.mlp_mats * k.ffn_e / et
         moe_act = memory_bound_time_s(C.ACTIVATION_BYTES * act_elems, k.hbm_Bps)
-    core = attention_core_fwd_time_s(tok, k.attn_keys, k.qv_width / tp, k.peak_bf16, p, k.qk_head_dim, k.seq / cp)
+    core = attention_core_fwd_time_s(tok, k.attn_keys, k.qv_width / tp, k.peak_bf16, p, k.qk_head_dim, k.seq / cp) / k.attn_speed
     if not k.flash:
         core = core + memory_bound_time_s(C.UNFUSED_SOFTMAX_TRAFFIC_BYTES_PER_SCORE * k.heads * tok * k.seq / tp, k.hbm_Bps)
     elem = memory_bound_time_s(C.ELEMENTWISE_TRAFFIC_BYTES_PER_TOKEN_HIDDEN * tok * k.h / tp, k.hbm_Bps)

@@ -130,6 +130,12 @@ class WorkloadSpec(BaseModel):
                                       "permuted (Megatron-Core, memory-bound)")
     flash_attention: bool = Field(default=True, description="fused attention (FlashAttention): causal "
                                   "blocks skipped, no s^2 scores stored or streamed through HBM")
+    attention_kernel: Literal["native", "fa2"] = Field(
+        default="native", description="which fused attention kernel runs: native = the GPU generation's own "
+        "(cuDNN or FlashAttention-3 on Hopper and newer, FlashAttention-2 on Ampere); fa2 = FlashAttention-2 "
+        "(the flash-attn 2 package, PyTorch SDPA's flash backend), which on compute capability 9.0 and newer "
+        "runs at 0.70 (head dim 64) to 0.615 (128) of the native kernel's speed (the FlashAttention-3 paper; "
+        "constants.FA2_HOPPER_SPEED_RATIO_HDIM64, _HDIM128)")
     moe_routing: Literal["dropless", "capacity", "balanced"] = Field(
         default="dropless", description="how routed tokens load the experts: dropless = every token reaches its "
         "top-k experts, the busiest rank carrying CostParams.dropless_expert_imbalance times the mean; "
@@ -226,6 +232,8 @@ class WorkloadSpec(BaseModel):
         if "fused_group_mlp" in off and off & {"expert_fc1", "moe_act"}:
             raise ValueError("offload_modules fused_group_mlp offloads the whole grouped expert MLP: list it "
                              "without expert_fc1 or moe_act")
+        if self.attention_kernel != "native" and not self.flash_attention:
+            raise ValueError(f"attention_kernel {self.attention_kernel} is a fused kernel: it needs flash_attention true")
         if self.moe_einsum_dispatch and (self.ep_token_dedup or self.ep_comm_overlap):
             raise ValueError("moe_einsum_dispatch is DeepSpeed-MoE's dispatcher: it neither de-duplicates tokens "
                              "(ep_token_dedup) nor overlaps its all-to-all (ep_comm_overlap); set those false")

@@ -277,6 +277,24 @@ def map_flash(text: str) -> bool | None:
     return min(hits)[2] if hits else None
 
 
+_FA2 = re.compile(r"flash[ _-]?att(?:n|ention)[ _-]?(?:v|version[ _]?)?-?2(?!\d|x\b)|\bfa-?2\b|"
+                  r"flash[ _-]?attn\s*(?:>=|==|~=)\s*2\.")
+_NATIVE_KERNEL = re.compile(r"flash[ _-]?att(?:n|ention)[ _-]?(?:v|version[ _]?)?-?[34](?!\d)|\bfa-?[34]\b|cudnn|"
+                            r"\bte\b|transformer[ _-]?engine|splash")
+
+
+def map_attention_kernel(text: str) -> str | None:
+    """The fused attention kernel a flash_attention cell names (WorkloadSpec.attention_kernel):
+    "FlashAttention-2", "SDPA FlashAttention-2", "flash-attn 2.5.8", "flash_attn v2", "FA2",
+    "flash-attn>=2.5.0" -> fa2; "FlashAttention-3", "FA3", "cuDNN", "TE", "Transformer Engine",
+    "splash" -> native; None where it names no version ("FlashAttention", "yes", "SDPA")."""
+    t = (text or "").lower()
+    fa2, native = _FA2.search(t), _NATIVE_KERNEL.search(t)
+    if fa2 and (not native or fa2.start() <= native.start()):
+        return "fa2"
+    return "native" if native else None
+
+
 def map_moments(text: str) -> str | None:
     """Adam moments' dtype (WorkloadSpec.optimizer_moments): "bf16", "BF16 optimizer states",
     "--exp-avg-dtype bf16" -> bf16; "fp32", "float32" -> fp32."""

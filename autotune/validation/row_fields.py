@@ -9,7 +9,7 @@ from ..specs.presets import load_preset
 from ..specs.workload import default_pipeline_layout
 from ..costmodel.constants import hbm_bytes_of_nominal_gb
 from .columns import (ALWAYS_RECOMPUTE_SOURCES, ASSUMED_FRAMEWORK, PRE_FLASH_SOURCES, Skip, _cell, gpu_memory_gb,
-                      map_convention, map_flash, map_framework, map_grad_dtype, map_grad_reduce_dtype, map_moments, map_pipeline_layout,
+                      map_attention_kernel, map_convention, map_flash, map_framework, map_grad_dtype, map_grad_reduce_dtype, map_moments, map_pipeline_layout,
                       map_offload_modules, map_recompute_modules)
 
 
@@ -96,6 +96,16 @@ def _flash(row: dict, assumed: list) -> bool:
         assumed.append("unfused attention (published before FlashAttention)")
         return False
     return True
+
+
+def _attention_kernel(row: dict, flash: bool, compute_capability: float, assumed: list) -> str:
+    """The fused kernel the flash_attention cell names (``map_attention_kernel``); where it names
+    none, the GPU's native one, printed with the row on GPUs where FlashAttention-2 would run
+    slower (compute capability 9.0 and newer: WorkloadSpec.attention_kernel)."""
+    kernel = map_attention_kernel(_cell(row, "flash_attention")) if flash else None
+    if kernel is None and flash and compute_capability >= 9.0:
+        assumed.append("attention kernel native (cuDNN / FlashAttention-3 class; no version stated)")
+    return kernel or "native"
 
 
 _SHARED_WIDTH = re.compile(r"^\s*(?:(\d+)\s*[x*]\s*)?(\d+)\s*(?:wide|width)\s*$|^\s*(?:width\s*[=:]?\s*)(\d+)\s*$")

@@ -19,7 +19,7 @@ from .columns import (schedule_stated, ALWAYS_RECOMPUTE_SOURCES, ASSUMED_FFN_MUL
                       _match_flavour, _match_schedule, map_flavour, map_gpu, map_schedule, one_line,
                       source_family)
 from .deepspeed_engine import deepspeed_reduces_after_backward, is_deepspeed_zero3
-from .row_fields import (RACK_SCALE_DOMAIN_GPUS, _moe_routing, _shared_experts, _convention, _fsdp_gather, _flag, _flash, _grad_dtype, _grad_reduce_dtype, _moments, _pipeline_layout, _recompute_modules, _offload_modules, _zero1_sync, _ep_dispatcher, _ep_overlap, _float, _framework, _hardware,
+from .row_fields import (RACK_SCALE_DOMAIN_GPUS, _attention_kernel, _moe_routing, _shared_experts, _convention, _fsdp_gather, _flag, _flash, _grad_dtype, _grad_reduce_dtype, _moments, _pipeline_layout, _recompute_modules, _offload_modules, _zero1_sync, _ep_dispatcher, _ep_overlap, _float, _framework, _hardware,
                          _post_validation, _tp_overlap)
 
 @dataclass
@@ -327,6 +327,7 @@ def build_case(i: int, row: dict) -> RunCase:
                                                  latency_s=ASSUMED_SCALE_OUT_LATENCY_s,
                                                  load_balancing="packet_spray", loss_recovery="sr"))
         flash = _flash(row, assumed)
+        attn_kernel = _attention_kernel(row, flash, hw.compute_capability, assumed)
         flavour = map_flavour(flavour_text, framework)
         regather = "every_pass"
         if flavour == "fsdp_noreshard":
@@ -341,7 +342,8 @@ def build_case(i: int, row: dict) -> RunCase:
         if flavour == "zero2":
             flavour = "zero1"
         scen = Scenario(model=model, workload=WorkloadSpec(global_batch_seqs=gb, seq_len=a.seq, precision=precision,
-                                                           flash_attention=flash, framework=framework,
+                                                           flash_attention=flash, attention_kernel=attn_kernel,
+                                                           framework=framework,
                                                            tp_comm_overlap=par.tp_overlap,
                                                            ep_comm_overlap=par.ep_overlap,
                                                            ep_token_dedup=par.ep_dedup,
