@@ -121,16 +121,19 @@ FRAMEWORK_RESERVED_BYTES = 3.0e9
 CAUSAL_ATTENTION_WORK_FRACTION = 0.5
 """Causal FlashAttention skips the masked upper triangle of QK^T (Dao 2023): half the core work."""
 FA2_HOPPER_SPEED_RATIO_HDIM64 = 0.70
-FA2_HOPPER_SPEED_RATIO_HDIM128 = 0.615
-"""FlashAttention-2's forward + backward speed over the native fused kernel (cuDNN; the attention
-core's calibration is PyTorch's SDPA on an H100, ``data/h100``) on GPUs of compute capability 9.0
-or newer, which FA2 runs without their warpgroup MMA and TMA instructions, at head dim 64 and 128:
-Shah et al. 2024 (FlashAttention-3, arXiv:2407.08608), H100 SXM5, 4k-16k tokens, FA2 / cuDNN
-TFLOP/s: head dim 128 forward 368/609, 370/600, 370/595, backward 310/499, 318/518, 322/516
-(0.60-0.62 each); head dim 64 forward 321/408, 322/412, 324/413 (0.78-0.79), backward
-279/417, 287/432, 291/433 (0.66-0.67). Forward and backward combined at the backward's 2.5x
-the forward's FLOPs: 3.5 / (1 / r_fwd + 2.5 / r_bwd) = 0.70 and 0.615
-(``kernels.fa2_speed_ratio``; WorkloadSpec.attention_kernel)."""
+FA2_HOPPER_SPEED_RATIO_HDIM128 = 0.62
+"""FlashAttention-2's forward + backward speed over the native fused kernel (cuDNN) on GPUs of
+compute capability 9.0 or newer, which FA2 runs without their warpgroup MMA and TMA instructions,
+at head dim 64 and 128: Shah et al. 2024 (FlashAttention-3, arXiv:2407.08608), H100 SXM5, 4k, 8k,
+16k tokens, FA2 / cuDNN TFLOP/s (the forward figures without the causal mask; with it the ratios
+are within 0.01): head dim 128 forward 368/609, 370/600, 370/595, backward 310/499, 318/518,
+322/516; head dim 64 forward 321/408, 322/412, 324/413, backward 279/417, 287/432, 291/433.
+Forward and backward combined at the backward's 2.5x the forward's FLOPs,
+3.5 / (1 / r_fwd + 2.5 / r_bwd): 0.616, 0.615, 0.623 (mean 0.618) and 0.699, 0.694, 0.701 (mean 0.698)
+(``kernels.fa2_speed_ratio``; WorkloadSpec.attention_kernel). Caveats: the native level here is
+this project's H100 SDPA calibration, whose causal forward (610-654 TFLOP/s at 8k-32k) is faster
+than the paper's 2024 cuDNN, so against it FA2 may be slower still; Blackwell (10.x) takes the
+Hopper ratios, an extrapolation (FA2 has no Blackwell code path either)."""
 UNFUSED_SOFTMAX_TRAFFIC_BYTES_PER_SCORE = 10.0
 """Unfused attention (pre-FlashAttention Megatron): the s x s scores go through HBM: write QK^T
 (2 B), fused scale-mask-softmax read + write (4 B), dropout read + write + mask (5 B) ~ 10 B per

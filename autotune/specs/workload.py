@@ -134,7 +134,7 @@ class WorkloadSpec(BaseModel):
         default="native", description="which fused attention kernel runs: native = the GPU generation's own "
         "(cuDNN or FlashAttention-3 on Hopper and newer, FlashAttention-2 on Ampere); fa2 = FlashAttention-2 "
         "(the flash-attn 2 package, PyTorch SDPA's flash backend), which on compute capability 9.0 and newer "
-        "runs at 0.70 (head dim 64) to 0.615 (128) of the native kernel's speed (the FlashAttention-3 paper; "
+        "runs at 0.70 (head dim 64) to 0.62 (128) of the native kernel's speed (the FlashAttention-3 paper; "
         "constants.FA2_HOPPER_SPEED_RATIO_HDIM64, _HDIM128)")
     moe_routing: Literal["dropless", "capacity", "balanced"] = Field(
         default="dropless", description="how routed tokens load the experts: dropless = every token reaches its "

@@ -277,22 +277,29 @@ def map_flash(text: str) -> bool | None:
     return min(hits)[2] if hits else None
 
 
-_FA2 = re.compile(r"flash[ _-]?att(?:n|ention)[ _-]?(?:v|version[ _]?)?-?2(?!\d|x\b)|\bfa-?2\b|"
-                  r"flash[ _-]?attn\s*(?:>=|==|~=)\s*2\.")
-_NATIVE_KERNEL = re.compile(r"flash[ _-]?att(?:n|ention)[ _-]?(?:v|version[ _]?)?-?[34](?!\d)|\bfa-?[34]\b|cudnn|"
-                            r"\bte\b|transformer[ _-]?engine|splash")
+_VERSIONED = re.compile(r"flash[ _-]?att(?:n|ention)[\s_\-(]*(?:v|version\s?)?([2-4])(?!\d|x\b)|\bfa[ -]?([2-4])\b|"
+                        r"flash[ _-]?attn\s*(?:>=|==|~=)\s*([2-4])\.|sdpa[^;,]{0,12}\bflash\b(?![ _-]?att)()")
+_NATIVE_BACKEND = re.compile(r"cudnn|\bte\b|transformer[ _-]?engine|splash")
+_NEGATED_BEFORE = re.compile(r"(?:\bnot|\bno|\bwithout|\bw/o|\bdisabled?)\W+$")
+_NEGATED_AFTER = re.compile(r"^\W*(?:disabled|off)\b")
 
 
 def map_attention_kernel(text: str) -> str | None:
-    """The fused attention kernel a flash_attention cell names (WorkloadSpec.attention_kernel):
-    "FlashAttention-2", "SDPA FlashAttention-2", "flash-attn 2.5.8", "flash_attn v2", "FA2",
-    "flash-attn>=2.5.0" -> fa2; "FlashAttention-3", "FA3", "cuDNN", "TE", "Transformer Engine",
-    "splash" -> native; None where it names no version ("FlashAttention", "yes", "SDPA")."""
+    """The fused attention kernel a flash_attention cell names (WorkloadSpec.attention_kernel).
+    A version named wins over a backend named, the earliest version on a tie, a negated one
+    ("not FA2", "FA2 disabled", "without FlashAttention-2") not counting: "FlashAttention-2",
+    "FlashAttention2", "flash attention (v2)", "flash-attn 2.5.8", "flash_attn==2.6.3", "FA2",
+    "FA 2", "SDPA FlashAttention-2", "SDPA (flash backend)" (PyTorch's flash backend is FA2),
+    "TE with FlashAttention-2" -> fa2; "FlashAttention-3", "FA3", "FA4" and, naming no version,
+    "cuDNN", "TE", "Transformer Engine", "splash" -> native; None where it names neither
+    ("FlashAttention", "yes", "SDPA", "xformers", "FlashAttention-1": the caller's default)."""
     t = (text or "").lower()
-    fa2, native = _FA2.search(t), _NATIVE_KERNEL.search(t)
-    if fa2 and (not native or fa2.start() <= native.start()):
-        return "fa2"
-    return "native" if native else None
+    for m in _VERSIONED.finditer(t):
+        if _NEGATED_BEFORE.search(t[max(0, m.start() - 24):m.start()]) or _NEGATED_AFTER.search(t[m.end():]):
+            continue
+        version = next((g for g in m.groups() if g is not None), None)
+        return "fa2" if version in ("2", "") else "native"
+    return "native" if _NATIVE_BACKEND.search(t) else None
 
 
 def map_moments(text: str) -> str | None:
