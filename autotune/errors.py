@@ -31,6 +31,8 @@ def from_pydantic(exc, prefix: str = "") -> UserInputError:
     if isinstance(value, dict):
         value = "{...}"
     msg = err.get("msg", "invalid")
+    if err.get("type") == "value_error":      # a validator's own message: pydantic prefixes "Value error, "
+        msg = msg.removeprefix("Value error, ")
     if err.get("type") == "extra_forbidden":
         msg = "unknown key (check the spelling)"
     return UserInputError(field, value, msg)

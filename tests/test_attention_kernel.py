@@ -114,3 +114,18 @@ def test_a_mixed_cluster_takes_its_slowest_gpus_kernel_speed():
         scen = Scenario(model=ModelSpec(**MODEL, head_dim=128), cluster=cluster,
                         workload=WorkloadSpec(global_batch_seqs=16, seq_len=4096, attention_kernel="fa2"))
         assert scenario_consts(scen, p).attn_speed == pytest.approx(want)
+
+
+def test_the_cli_names_the_setting_in_one_line(run_cli):
+    base = ("evaluate", "--model", "llama3-8b", "--cluster", "single-building", "--gpus", "64",
+            "--config", "tp=8,pp=1,dp=8")
+    bad = run_cli(*base, "--set", "workload.attention_kernel=fa9")
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
+    assert bad.stderr.strip().splitlines() == [
+        "autotune: error: workload.attention_kernel: got 'fa9'; allowed: Input should be 'native' or 'fa2'"]
+    both = run_cli(*base, "--set", "workload.attention_kernel=fa2", "--set", "workload.flash_attention=false")
+    assert both.returncode == 2 and len(both.stderr.strip().splitlines()) == 1
+    assert "attention_kernel fa2 is a fused kernel: it needs flash_attention true" in both.stderr
+    assert "Value error" not in both.stderr          # pydantic's prefix is not the user's business
+    ok = run_cli(*base, "--set", "workload.attention_kernel=fa2")
+    assert ok.returncode == 0, ok.stderr
