@@ -175,6 +175,7 @@ def test_search_full_space_and_its_bad_input():
         assert code == 2 and field in err and len(err.strip().splitlines()) == 1, (extra, err)
 
 
+@pytest.mark.slow      # ~15 s; the default run keeps its faster siblings, CI runs this (.ci/run)
 def test_best_by_scans_a_transport_group_in_full(scanned, monkeypatch):
     """A group naming a transport knob cannot be pruned per group (the legal core holds transport
     knobs at their first value): with selective-repeat rows made slower below a threshold (the

@@ -29,6 +29,7 @@ def test_every_action_fits_and_exact_optima_round_trip(points):
         assert action_for(env, top[0][0]) is not None
 
 
+@pytest.mark.slow      # ~15 s; the default run keeps its faster siblings, CI runs this (.ci/run)
 def test_imitation_alone_reproduces_the_training_optima(tmp_path):
     from autotune.agents.ppo import load, propose, train
     from autotune.strategies.exhaustive import exhaustive_search
