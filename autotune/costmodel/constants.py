@@ -120,6 +120,10 @@ FRAMEWORK_RESERVED_BYTES = 3.0e9
 # ---- compute ----
 CAUSAL_ATTENTION_WORK_FRACTION = 0.5
 """Causal FlashAttention skips the masked upper triangle of QK^T (Dao 2023): half the core work."""
+FA2_SLOW_FROM_COMPUTE_CAPABILITY = 9.0
+"""From this SM version (Hopper) on, FlashAttention-2 is not the GPU's native fused attention kernel
+(it has no code path for warpgroup MMA and TMA) and runs at ``kernels.fa2_speed_ratio``; below it,
+FA2 is the native kernel (Ampere)."""
 FA2_HOPPER_SPEED_RATIO_HDIM64 = 0.70
 FA2_HOPPER_SPEED_RATIO_HDIM128 = 0.62
 """FlashAttention-2's forward + backward speed over the native fused kernel (cuDNN) on GPUs of

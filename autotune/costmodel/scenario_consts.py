@@ -263,7 +263,7 @@ def _compute_consts(scenario: Scenario, params: CostParams) -> ScenarioConsts:
         fsdp_unit_layers=float(scenario.workload.fsdp_unit_layers),
         x_tier=xt, x_tier_name="cross_region" if len({b.region for b in c.buildings}) > 1 else "cross_building",
         net_eff=params.network_efficiency, flash=scenario.workload.flash_attention,
-        attn_speed=fa2_speed_ratio(m.qk_head_dim) if scenario.workload.attention_kernel == "fa2" and slow.compute_capability >= 9.0 else 1.0,
+        attn_speed=fa2_speed_ratio(m.qk_head_dim) if scenario.workload.attention_kernel == "fa2" and slow.compute_capability >= C.FA2_SLOW_FROM_COMPUTE_CAPABILITY else 1.0,
         eager_acts=scenario.workload.activation_memory == "eager",
         post_validation=scenario.workload.optimizer_post_validation,
         tp_overlap=scenario.workload.tp_comm_overlap, ep_overlap=scenario.workload.ep_comm_overlap,

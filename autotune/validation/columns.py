@@ -277,6 +277,7 @@ def map_flash(text: str) -> bool | None:
     return min(hits)[2] if hits else None
 
 
+# a version group per spelling (the last, PyTorch SDPA's flash backend, names none: it is FA2)
 _VERSIONED = re.compile(r"flash[ _-]?att(?:n|ention)[\s_\-(]*(?:v|version\s?)?([2-4])(?!\d|x\b)|\bfa[ -]?([2-4])\b|"
                         r"flash[ _-]?attn\s*(?:>=|==|~=)\s*([2-4])\.|sdpa[^;,]{0,12}\bflash\b(?![ _-]?att)()")
 _NATIVE_BACKEND = re.compile(r"cudnn|\bte\b|transformer[ _-]?engine|splash")

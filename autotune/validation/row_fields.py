@@ -7,7 +7,7 @@ import re
 
 from ..specs.presets import load_preset
 from ..specs.workload import default_pipeline_layout
-from ..costmodel.constants import hbm_bytes_of_nominal_gb
+from ..costmodel.constants import FA2_SLOW_FROM_COMPUTE_CAPABILITY, hbm_bytes_of_nominal_gb
 from .columns import (ALWAYS_RECOMPUTE_SOURCES, ASSUMED_FRAMEWORK, PRE_FLASH_SOURCES, Skip, _cell, gpu_memory_gb,
                       map_attention_kernel, map_convention, map_flash, map_framework, map_grad_dtype, map_grad_reduce_dtype, map_moments, map_pipeline_layout,
                       map_offload_modules, map_recompute_modules)
@@ -101,9 +101,9 @@ def _flash(row: dict, assumed: list) -> bool:
 def _attention_kernel(row: dict, flash: bool, compute_capability: float, assumed: list) -> str:
     """The fused kernel the flash_attention cell names (``map_attention_kernel``); where it names
     none, the GPU's native one, printed with the row on GPUs where FlashAttention-2 would run
-    slower (compute capability 9.0 and newer: WorkloadSpec.attention_kernel)."""
+    slower (``FA2_SLOW_FROM_COMPUTE_CAPABILITY`` and newer: WorkloadSpec.attention_kernel)."""
     kernel = map_attention_kernel(_cell(row, "flash_attention")) if flash else None
-    if kernel is None and flash and compute_capability >= 9.0:
+    if kernel is None and flash and compute_capability >= FA2_SLOW_FROM_COMPUTE_CAPABILITY:
         assumed.append("attention kernel native (cuDNN / FlashAttention-3 class; no version stated)")
     return kernel or "native"
 
