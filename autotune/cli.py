@@ -322,6 +322,10 @@ def compare(strategies, budget, seeds, out_dir, seed_baselines, params_file, tra
     names = [s.strip() for s in strategies.split(",")]
     if not strategies.strip() or any(not s for s in names):
         raise UserInputError("--strategies", strategies, "comma-separated strategy names, none empty (e.g. tpe,random)")
+    from .strategies.registry import NAMES as STRATEGY_NAMES
+    for s in names:
+        if s not in STRATEGY_NAMES or names.count(s) > 1:
+            raise UserInputError("--strategies", s, "each once, among " + ", ".join(STRATEGY_NAMES))
     scen = _scenario(kw)
     data = run_compare(scen, names, budget, seeds, out_dir,
                        tracking_uri=None if no_tracking else tracking_uri, track=not no_tracking,

@@ -158,10 +158,32 @@ def _print_tiers(table: dict) -> None:
                    f"{tot['exposed_s']:11.4f}{tot['hidden_s']:10.4f}")
 
 
+def given(param: str) -> bool:
+    """Whether the running command's option ``param`` (its Python name) was typed on the command
+    line or set in the environment, not left at its default: an option that only means something
+    with another one is refused alone rather than ignored."""
+    import click
+    from click.core import ParameterSource
+    src = click.get_current_context().get_parameter_source(param)
+    return src not in (None, ParameterSource.DEFAULT)
+
+
 def _check_file_target(path: str, option: str) -> None:
     p = Path(path)
     if p.is_dir() or not p.parent.is_dir():
         raise UserInputError(option, path, "a file path in an existing folder")
+
+
+def _check_image_target(path: str, option: str) -> None:
+    """A figure's file path: in an existing folder, ending in a format matplotlib writes."""
+    _check_file_target(path, option)
+    suffix = Path(path).suffix.lower().lstrip(".")
+    if suffix not in IMAGE_FORMATS:
+        raise UserInputError(option, path, "a file ending in ." + ", .".join(IMAGE_FORMATS))
+
+
+IMAGE_FORMATS = ("png", "pdf", "svg")
+"""Figure formats --out writes (matplotlib's Agg, PDF and SVG back ends)."""
 
 
 MAX_ROBUST_SAMPLES = 256

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from .cli_common import (UserInputError, _check_file_target, _emit, _header, _params, _print_evaluation,
+from .cli_common import (UserInputError, _check_file_target, _check_image_target, _emit, _header, _params, _print_evaluation,
                          _print_header, _scenario, params_option, scenario_options, tier_summary)
 
 
@@ -98,7 +98,7 @@ def sensitivity(axis, values_text, params_file, out_png, as_json, **kw):
             raise UserInputError("--values", values_text, "comma-separated numbers") from None
         if not all(math.isfinite(v) and v >= 0 for v in values) or len(values) > 64:
             raise UserInputError("--values", values_text, "up to 64 finite numbers >= 0")
-    _check_file_target(out_png, "--out")
+    _check_image_target(out_png, "--out")
     first = sweep(scen, axes[0], values, params)
     from .specs import Config
     results = [first] + [sweep(scen, a, values, params, Config(**first["nominal_config"])) for a in axes[1:]]
@@ -179,8 +179,7 @@ def timeline(config_text, params_file, out_png, as_json, **kw):
     params, scen = _params(params_file), _scenario(kw)
     cfg = make_config(parse_config_text(config_text), scen.n_gpus)
     SearchSpace(scen).check(cfg)
-    if not Path(out_png).parent.is_dir():
-        raise UserInputError("--out", out_png, "a PNG path in an existing folder")
+    _check_image_target(out_png, "--out")
     if not as_json:
         click.echo(f"simulating every op of {cfg.pp} stages (event-level; grows about quadratically with the "
                    "micro-batches: minutes for hundreds) ...", err=True)

@@ -6,7 +6,8 @@ import sys
 import click
 
 from .cli_common import (MAX_JOBS, MAX_ROBUST_SAMPLES, MAX_TOP_K, STRICT_INT, _emit, _header, _params,
-                         _print_evaluation, _print_header, _print_launch, _scenario, params_option, scenario_options)
+                         _print_evaluation, _print_header, _print_launch, _scenario, given, params_option,
+                         scenario_options)
 from .errors import UserInputError
 
 
@@ -51,6 +52,11 @@ def search(top_k, out_dir, space_name, workers, robust, robust_samples, robust_o
     if top_k > space.legal_count():
         raise UserInputError("--top", top_k, f"at most the legal count of this space ({space.legal_count():,})")
     ranges = None
+    for name, option in (("robust_samples", "--robust-samples"), ("robust_objective", "--robust-objective"),
+                         ("robust_seed", "--robust-seed")):
+        if given(name) and not robust:
+            raise UserInputError(option, {"robust_samples": robust_samples, "robust_objective": robust_objective,
+                                          "robust_seed": robust_seed}[name], "only with --robust (it shapes the robust search)")
     if robust:
         from .robust import parse_ranges
         if not 2 <= robust_samples <= MAX_ROBUST_SAMPLES:

@@ -5,7 +5,7 @@ import sys
 
 import click
 
-from .cli_common import MAX_JOBS, STRICT_INT, _check_file_target, _emit, _params, params_option
+from .cli_common import MAX_JOBS, STRICT_INT, _check_file_target, _emit, _params, given, params_option
 from .errors import UserInputError
 
 
@@ -27,6 +27,15 @@ def validate(runs, fit, write_path, loso, jobs, params_file, as_json):
         raise UserInputError("--jobs", jobs, "0 (one per CPU) or a positive number of processes")
     if jobs > MAX_JOBS:
         raise UserInputError("--jobs", jobs, f"at most {MAX_JOBS} processes")
+    if given("jobs") and not loso:
+        raise UserInputError("--jobs", jobs, "only with --loso (the one command that fits in parallel)")
+    if runs is not None and not runs.strip():
+        raise UserInputError("--runs", runs, "a CSV file path, or 'reserved' (leave --runs out for the shipped "
+                             "published runs)")
+    if write_path is not None and not fit and not loso:
+        raise UserInputError("--write", write_path, "only with --fit (it writes the fitted parameters)")
+    if write_path and fit:
+        _check_file_target(write_path, "--write")
     if fit or loso:
         from .extras import require
         require("fit", "--loso" if loso else "--fit", True)
@@ -144,6 +153,11 @@ def kernels(data_path, fit, free_knee, gpu_preset, as_json):
     against kernels measured on one GPU, per kind: the shipped H100 measurements by default, or
     another folder (the shipped H200 ones, never fit on: --data h200)."""
     from .kernelcheck import run as run_kernels
+    if free_knee and not fit:
+        raise UserInputError("--free-knee", True, "only with --fit (it frees the knee in the kernel fit)")
+    if data_path is not None and not data_path.strip():
+        raise UserInputError("--data", data_path, "a folder with gpu_kernels.csv and gpu_layers.csv, or h100 or "
+                             "h200 (leave --data out for h100)")
     if fit:
         from .extras import require
         require("fit", "--fit", True)

@@ -33,11 +33,14 @@ def parse_config_text(text: str) -> dict:
     for part in text.split(","):
         part = part.strip()
         if not part:
-            continue
+            raise UserInputError("--config", text, "key=value pairs separated by single commas, none empty "
+                                                   "(e.g. tp=8,pp=16)")
         if "=" not in part:
             raise UserInputError("--config", part, "key=value (e.g. tp=8)")
         key, _, val = part.partition("=")
         key, val = key.strip(), val.strip()
+        if key in out:
+            raise UserInputError(f"config.{key}", val, f"each field once (already {key}={out[key]})")
         if key not in FIELDS:
             raise UserInputError(f"config.{key}", val, "a field among " + ", ".join(FIELDS))
         if key in INTEGER:

@@ -132,7 +132,9 @@ CHUNKS_FILE = "gpu_gemm_chunks.csv"
 def read_cases(folder, skipped: list[str] | None = None, g: Gpu | None = None) -> list[dict]:
     """Kernel and layer cases, each with ``kind``, ``ms`` measured and its shape columns. A row
     the model cannot be scored on (a missing or unparseable number, a zero shape) is left out,
-    with a one-line reason appended to ``skipped``; kinds the model has no term for are kept."""
+    with a one-line reason appended to ``skipped``, as is a kind the model has no term for (``KINDS``)
+    or a data type it has no peak for. A column that every row of a kind needs and the file lacks
+    is a UserInputError naming it."""
     cases = []
     for name, layer in (("gpu_kernels.csv", False), ("gpu_layers.csv", True), (CHUNKS_FILE, False)):
         f = folder.joinpath(name) if hasattr(folder, "joinpath") else Path(folder) / name
@@ -154,19 +156,30 @@ def read_cases(folder, skipped: list[str] | None = None, g: Gpu | None = None) -
             else:
                 cases.append(dict(row, line=f"{name}:{i}"))
     g, p = g or gpu(), default_params()
-    good = []
+    good, missing = [], {}
     for r in cases:
         try:
+            kind, dtype = r.get("kind"), r.get("dtype") or "bf16"
+            if kind not in KINDS:
+                raise ValueError(f"kind {kind!r}: none the model has a term for ({', '.join(KINDS)})")
+            if dtype not in ("bf16", "fp8") or (dtype == "fp8" and kind not in ("gemm", "gemm_chunks")):
+                raise ValueError(f"dtype {dtype!r}: bf16, or fp8 for gemm and gemm_chunks")
             _num(r, "ms")
             t = predict_s(r, g, p)
             if t is not None and not (math.isfinite(t) and t > 0):
                 raise ValueError(f"predicted time {t!r}: a shape column is 0")
         except (ValueError, ZeroDivisionError) as exc:
             why = "a shape column is 0" if isinstance(exc, ZeroDivisionError) else str(exc)
+            if why.endswith("got None; allowed: a number"):     # the column is absent from the file
+                missing.setdefault((r["line"].split(":")[0], r.get("kind")), why.split(":")[0])
             if skipped is not None:
                 skipped.append(f"{r['line']} ({r.get('kind')}): {why}")
             continue
         good.append(r)
+    for file, kind in missing:     # a column every row of a kind needs, absent: the file's fault, not a row's
+        if not any(r["line"].split(":")[0] == file and r.get("kind") == kind for r in good):
+            raise UserInputError("--data", str(Path(str(folder)) / file),
+                                 f"a file with the {missing[file, kind]} its {kind} rows need")
     return good
 
 
@@ -187,6 +200,11 @@ def _layer_fwd_parts(r: dict, g: Gpu, p: CostParams) -> tuple[float, float, floa
     core = attention_core_fwd_time_s(S, C.CAUSAL_ATTENTION_WORK_FRACTION * S, 2 * heads * hd, peak, p, hd, S)
     elem = memory_bound_time_s(C.ELEMENTWISE_TRAFFIC_BYTES_PER_TOKEN_HIDDEN * S * h, g.hbm_Bps)
     return lin, core, elem
+
+
+KINDS = ("gemm", "gemm_chunks", "expert_bmm", "expert_grouped_mm_up", "attn_fwd", "attn_fwd_bwd", "moe_permute",
+         "moe_unpermute", "rmsnorm_fwd", "swiglu_fwd", "copy", "layer_fwd", "layer_fwd_bwd")
+"""The kinds ``predict_s`` has a term for; a row of another kind is skipped, with its reason."""
 
 
 def predict_s(r: dict, g: Gpu, p: CostParams) -> float | None:

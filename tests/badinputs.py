@@ -132,6 +132,24 @@ SCENARIO_FILES = {
     "tiny_bw.yaml": b"model: llama3-8b\ncluster: {preset: metro-2bldg, cross_building: {bandwidth_Bps: 5.0e-324}}\n",
     "merge_key.yaml": b"base: &b {model: llama3-8b}\n<<: *b\ncluster: metro-2bldg\n",
 }
+MISUSE = [
+    ("validate", "--params", "{in}/bad.yaml"), ("evaluate", *SCEN, "--config", GOOD_CONFIG, "--params", "{in}/bad.yaml"),
+    ("validate", "--fit", "--write", "{in}"), ("validate", "--fit", "--write", "{in}/missing/p.yaml"),
+    ("validate", "--write", "{work}/p.yaml"), ("validate", "--jobs", "2"), ("validate", "--runs", ""),
+    ("validate", "--runs", " "), ("kernels", "--free-knee"), ("kernels", "--data", ""),
+    ("timeline", *SCEN, "--config", GOOD_CONFIG, "--out", "{work}/tl.txt"),
+    ("timeline", *SCEN, "--config", GOOD_CONFIG, "--out", "{in}"),
+    ("sensitivity", *SCEN, "--out", "{work}/s.txt"), ("sensitivity", *SCEN, "--out", "{work}/s"),
+    ("search", *SCEN, "--robust-samples", "4"), ("search", *SCEN, "--robust-objective", "worst"),
+    ("search", *SCEN, "--robust-seed", "3"), (*STUDY, "--strategy", "random", "--strategy-option", "batch=3"),
+    (*STUDY, "--strategy", "exhaustive", "--strategy-option", "x=1"),
+    ("evaluate", *SCEN, "--config", "tp=8,,pp=2"), ("evaluate", *SCEN, "--config", "tp=8,pp=2,"),
+    ("evaluate", *SCEN, "--config", "tp=1,pp=2,tp=8"),
+    ("compare", *SCEN, "--gpus", "8", "--no-tracking", "--out", "{work}/c", "--strategies", "random,random"),
+    ("importance", "--storage", "sqlite:///{work}/none.db", "--study-name", "x"),
+    ("report", "--storage", "sqlite:///{work}/none.db", "--study-name", "x", "--out", "{work}/r.html"),
+]
+"""Mistakes a reviewer found answered with a traceback, an exit 0 or silence (twenty-fourth session)."""
 SCENARIO_PATHS = ["{in}/missing.yaml", "{in}", "/dev/zero", "/proc/self/mem", "", "{in}/" + "x" * 300 + ".yaml"]
 
 
@@ -246,6 +264,8 @@ def cases() -> list[Case]:
                                                 ("header_only.csv", b"model,cluster\n"),
                                                 ("bin.csv", bytes(range(256)) * 8),
                                                 ("nocols.csv", b"a,b,c\n1,2,3\n"))))
+    for args in MISUSE:      # an option that means nothing alone, a target that cannot be written, a repeat
+        out.append(Case("misuse", args, (("bad.yaml", b"params:\n  a: [1,\n"), ("afile", b"keep"))))
     seen, unique = set(), []
     for c in out:
         if c.key not in seen:

@@ -146,10 +146,13 @@ def build_scenario(model=None, cluster=None, gpus=None, global_batch=None, seq_l
     if unknown:
         key = sorted(unknown)[0]
         raise UserInputError(key, data[key], "scenario keys are model, workload, cluster")
-    if model is not None:
-        data["model"] = model
-    if cluster is not None:
-        data["cluster"] = cluster
+    for key, val in (("model", model), ("cluster", cluster)):
+        if val is None:
+            continue
+        if key in data and data[key] != val:   # documented precedence, said aloud: a file's section is dropped
+            import sys
+            print(f"note: --{key} {val} replaces the {key} section of {scenario_file}", file=sys.stderr)
+        data[key] = val
     if "model" not in data:
         raise UserInputError("model", None, "a preset name (" + ", ".join(preset_names("models")) + ") or --scenario FILE")
     if "cluster" not in data:

@@ -38,6 +38,8 @@ def _make(name: str, **options):
         require("rl", "--strategy", name)
     if name in OPTUNA:
         return OptunaStrategy(name=name, **options)
+    if options and name in ("random", "exhaustive", "production", "sota"):
+        raise TypeError("unexpected keyword argument")       # they take none: refused as the others' are
     if name == "random":
         return RandomStrategy()
     if name == "exhaustive":

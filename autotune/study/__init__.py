@@ -51,7 +51,12 @@ def run_study(model=None, cluster=None, scenario=None, strategy: str | None = No
 def load_study_scenario(storage: str, study_name: str):
     """Scenario and attributes of an existing study (for workers joining it)."""
     from ..errors import UserInputError
+    from ..masking import mask_uri
+    from ..sqlitecheck import sqlite_path
     from .storage import stored_attrs
+    path = sqlite_path(storage)
+    if path is not None and not path.exists():       # opening it would create an empty database
+        raise UserInputError("--storage", mask_uri(storage), "the URL of a storage holding a study (no such file)")
     attrs = stored_attrs(open_storage(storage), study_name)
     if attrs is None:
         raise UserInputError("--study-name", study_name, "the name of an existing study in that storage")

@@ -62,7 +62,7 @@ def load_runs(path: str | Path | None = None) -> Runs:
     try:
         raw = p.read_bytes()
     except OSError as e:
-        raise UserInputError("--runs", str(p), f"a readable CSV file ({e.strerror or e})") from None
+        raise UserInputError("--runs", str(p), f"a readable CSV file ({e.strerror or e}), or the name reserved") from None
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError:
