@@ -68,6 +68,7 @@ def test_cli_reports_every_kind(run_cli):
     ("dtype,kind,M,K,N,ms\nbf16,gemm,0,4,4,0.1\n", "a shape column is 0"),
     ("dtype,kind,M,K,N,ms\nbf16,gemm,8,8,8,0\n", "column ms: got '0'"),
     ("dtype,M,K,N,ms\nbf16,8,8,8,1\n", "at least one scoreable case"),
+    ("dtype,kind,K,N,ms\nbf16,gemm,8,8,1\nbf16,gemm,16,16,1\n", "the column M its gemm rows need"),
 ])
 def test_bad_measurements_exit_2_with_one_line(run_cli, tmp_path, rows, why):
     (tmp_path / "gpu_kernels.csv").write_text(rows)
@@ -84,6 +85,17 @@ def test_bad_rows_are_skipped_with_their_reason(run_cli, tmp_path):
     assert r.returncode == 0, r.stderr
     d = json.loads(r.stdout)
     assert d["cases"] == 1 and d["skipped"] == ["gpu_kernels.csv:2 (gemm): column M: got 'abc'; allowed: a number"]
+
+
+def test_unknown_kinds_and_data_types_are_skipped_not_dropped_or_guessed(run_cli, tmp_path):
+    (tmp_path / "gpu_kernels.csv").write_text("dtype,kind,M,K,N,ms\nbf16,conv2d,8,8,8,0.1\nxx,gemm,2048,2048,2048,0.05\n"
+                                              "fp8,copy,8,8,8,0.1\nbf16,gemm,2048,2048,2048,0.05\n")
+    (tmp_path / "gpu_layers.csv").write_text("case,seq\n")
+    r = run_cli("kernels", "--data", str(tmp_path), "--json")
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert d["cases"] == 1 and list(d["shipped"]["by_kind"]) == ["gemm_bf16"]
+    assert [s.split(": ")[1] for s in d["skipped"]] == ["kind 'conv2d'", "dtype 'xx'", "dtype 'fp8'"]
 
 
 def test_missing_folder_exits_2(run_cli, tmp_path):

@@ -79,7 +79,24 @@ IMPOSSIBLE = [  # an impossible architecture or layout
     ({"n_gpus": "12", "tp": "4", "dp": "", "global_batch_seqs": "12"}, "n_gpus", "NVLink"),
     ({"dp": "2"}, "dp", "does not match n_gpus"),
     ({"n_gpus": "7"}, "n_gpus", "not divisible by tp*pp*cp"),
+    # measurements no run can have made, and rows the model would map to the wrong part or layout
+    ({"measured_metric": "mfu_pct", "measured_value": "150"}, "measured_value", "from 1 to 100"),
+    ({"measured_metric": "mfu_pct", "measured_value": "0.45"}, "measured_value", "not 0.45"),
+    ({"measured_metric": "tflops_per_gpu", "measured_value": "5000"}, "measured_value", "dense bf16 peak, 312"),
+    ({"gpu_type": "H100 PCIe 80GB"}, "gpu_type", "PCIe card"),
+    ({"gpu_type": "A100-PCIE-40GB"}, "gpu_type", "PCIe card"),
+    ({"moe_topk": "2"}, "moe_topk", "dense model"),
+    ({"pp": "2", "tp": "4", "vpp": "1", "pipeline_schedule": "interleaved 1F1B"}, "vpp", "plain 1F1B"),
 ]
+
+
+def test_unstated_degrees_and_top_k_are_printed_assumptions(tmp_path):
+    rows = lambda src: [_with(src, pp=""), _with(src, moe_experts="8", moe_topk="")]  # noqa: E731
+    r = validate(_file(tmp_path, rows, n_good=0))
+    assert r["n"] == 2, r["skipped"]
+    said = [" ".join(x["assumptions"]) for x in r["rows"]]
+    assert "pp=1 (not stated)" in said[0] and "tp=1" not in said[0]
+    assert "moe_topk=1 (not stated)" in said[1] and "tp=1" not in said[1]
 
 
 @pytest.mark.parametrize("update, column, words", IMPOSSIBLE)

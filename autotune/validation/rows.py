@@ -2,7 +2,6 @@
 column, the value and the reason (``runs_file`` reads whole files)."""
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass, field
 from typing import NamedTuple
@@ -14,10 +13,11 @@ from ..specs.model import ModelSpec
 from ..specs.workload import WorkloadSpec
 from .columns import (schedule_stated, ALWAYS_RECOMPUTE_SOURCES, ASSUMED_FFN_MULTIPLE, GATED_NAME_RULE, map_activation,
                       map_attention, ASSUMED_INTERLEAVED_CHUNKS, ASSUMED_MICRO_BATCH,
-                      ASSUMED_SCALE_OUT_LATENCY_s, ASSUMED_VOCAB, COLUMNS, MAX_SCALE_OUT_PATHS, METRICS,
+                      ASSUMED_SCALE_OUT_LATENCY_s, ASSUMED_VOCAB, COLUMNS, MAX_SCALE_OUT_PATHS,
                       RECOMPUTE_VALUES, Skip, _cell, _int,
                       _match_flavour, _match_schedule, map_flavour, map_gpu, map_schedule, one_line,
                       source_family)
+from .measurement import _check_plausible, _measurement
 from .deepspeed_engine import deepspeed_reduces_after_backward, is_deepspeed_zero3
 from .row_fields import (RACK_SCALE_DOMAIN_GPUS, _attention_kernel, _moe_routing, _shared_experts, _convention, _fsdp_gather, _flag, _flash, _grad_dtype, _grad_reduce_dtype, _moments, _pipeline_layout, _recompute_modules, _offload_modules, _zero1_sync, _ep_dispatcher, _ep_overlap, _float, _framework, _hardware,
                          _post_validation, _tp_overlap)
@@ -76,23 +76,6 @@ def _spec_skip(exc: Exception, row: dict) -> Skip:
     return Skip("impossible row: " + one_line(str(exc).splitlines()[0] if str(exc) else type(exc).__name__, 160))
 
 
-def _measurement(row: dict) -> tuple[str, float]:
-    """(metric, measured value) of a row; Skip where there is nothing to compare with."""
-    metric = _cell(row, "measured_metric")
-    if metric not in METRICS:
-        raise Skip(f"not one of {', '.join(METRICS)}", "measured_metric", metric)
-    raw = _cell(row, "measured_value")
-    if raw == "":
-        raise Skip("empty (nothing to compare with)", "measured_value", raw)
-    try:
-        measured = float(raw)
-    except ValueError:
-        raise Skip("not a number", "measured_value", raw) from None
-    if not math.isfinite(measured) or measured <= 0:
-        raise Skip("not a positive finite number", "measured_value", raw)
-    return metric, measured
-
-
 class _Arch(NamedTuple):
     """The row's model: what the rest of the row is checked against, and ModelSpec's fields."""
     name: str
@@ -121,7 +104,9 @@ def _architecture(row: dict, i: int, assumed: list) -> _Arch:
     vocab = stated_or("vocab", ASSUMED_VOCAB, "Megatron GPT's padded vocabulary")
     seq = _int(row, "seq_len")
     experts = _int(row, "moe_experts", 0, allow_zero=True)
-    topk = _int(row, "moe_topk", 1, allow_zero=True) if experts else 0
+    if _cell(row, "moe_topk") and not experts:
+        raise Skip("moe_topk on a dense model (moe_experts empty or 0)", "moe_topk", _cell(row, "moe_topk"))
+    topk = stated_or("moe_topk", 1, "not stated", allow_zero=True) if experts else 0
     head_dim = _int(row, "head_dim", 0, allow_zero=True)
     if h % heads and not head_dim:
         raise Skip(f"hidden {h} is not divisible by n_heads {heads} (and head_dim is not given)", "hidden",
@@ -188,6 +173,7 @@ def _parallelism(row: dict, a: _Arch, assumed: list) -> _Parallel:
     micro-batch and the global batch; Skip where they do not multiply out or the model cannot
     be split so."""
     n = _int(row, "n_gpus")
+    assumed += [f"{c}=1 (not stated)" for c in ("tp", "pp") if not _cell(row, c)]
     tp, pp, cp, ep = _int(row, "tp", 1), _int(row, "pp", 1), _int(row, "cp", 1), _int(row, "ep", 1)
     if n % (tp * pp * cp):
         raise Skip(f"n_gpus {n} is not divisible by tp*pp*cp = {tp * pp * cp}", "n_gpus", _cell(row, "n_gpus"))
@@ -272,6 +258,9 @@ def build_case(i: int, row: dict) -> RunCase:
         raise Skip("model architecture not given (n_layers/hidden/n_heads empty)", empty[0], "")
     if not any(_cell(row, k) for k in ("tp", "pp", "dp")):
         raise Skip("parallel configuration not given (tp/pp/dp empty)", "tp", "")
+    if "pcie" in _cell(row, "gpu_type").lower():
+        raise Skip("a PCIe card: the presets are the SXM / NVLink parts (PCIe H100 and A100 have lower clocks, "
+                   "peak and HBM bandwidth, and no 8-GPU NVLink domain)", "gpu_type", _cell(row, "gpu_type"))
     gpu = map_gpu(row.get("gpu_type") or "")
     if gpu is None:
         raise Skip("matches no hardware preset (A100, H100, H200, H800, B200, GB200)", "gpu_type",
@@ -284,6 +273,7 @@ def build_case(i: int, row: dict) -> RunCase:
     par = _parallelism(row, a, assumed)
     n, tp, pp, cp, ep, dp, etp, vpp, mb, gb = par[:10]
     precision, hw = _precision_and_hardware(row, gpu, n, tp, assumed)
+    _check_plausible(metric, measured, precision, hw, gpu)
     sched_text = _cell(row, "pipeline_schedule")
     if pp > 1 and schedule_stated(sched_text) and vpp <= 1 and _match_schedule(sched_text) is None:
         raise Skip("names no known schedule (1F1B, interleaved, ZB-1p, ZB-2p, ZB-V, GPipe, DualPipe)",
@@ -307,6 +297,9 @@ def build_case(i: int, row: dict) -> RunCase:
     if modules and not rec:
         rec = "selective"
     sched = map_schedule(sched_text, vpp) if pp > 1 else "1f1b"
+    if sched == "interleaved_1f1b" and vpp == 1:
+        raise Skip("1 with an interleaved schedule (one chunk per stage is plain 1F1B): vpp > 1, or empty for "
+                   f"{ASSUMED_INTERLEAVED_CHUNKS}", "vpp", _cell(row, "vpp"))
     layout = _pipeline_layout(row, assumed, framework, pp)
     post_validation = _post_validation(row, assumed, sched)
     chunks = (vpp or ASSUMED_INTERLEAVED_CHUNKS) if sched == "interleaved_1f1b" else (
