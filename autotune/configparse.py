@@ -12,6 +12,12 @@ from .specs.config import CATEGORICAL, FIELDS, INTEGER, MAX_DEGREE, Config
 from .yamlsafe import load_text, read_file
 
 _DIGITS = re.compile(r"-?[0-9]+")
+FLAGS = ("overlap_dp",)
+"""Integer fields that are switches (0 off, 1 on): their error says so."""
+
+
+def _int_rule(key: str) -> str:
+    return "0 (off) or 1 (on)" if key in FLAGS else "an integer written with the digits 0-9"
 
 
 def parse_config_text(text: str) -> dict:
@@ -45,7 +51,7 @@ def parse_config_text(text: str) -> dict:
             raise UserInputError(f"config.{key}", val, "a field among " + ", ".join(FIELDS))
         if key in INTEGER:
             if not _DIGITS.fullmatch(val):      # int() would take '1_000' and non-ASCII digits
-                raise UserInputError(f"config.{key}", val, "an integer written with the digits 0-9")
+                raise UserInputError(f"config.{key}", val, _int_rule(key))
             out[key] = int(val)
         else:
             if val not in CATEGORICAL[key]:
@@ -63,7 +69,7 @@ def make_config(fields: dict, n_gpus: int) -> Config:
     for k in INTEGER:          # a file's quoted number: pydantic would take '1_000' and non-ASCII digits
         v = fields.get(k)
         if isinstance(v, bool) or isinstance(v, float) or (isinstance(v, str) and not _DIGITS.fullmatch(v.strip())):
-            raise UserInputError(f"config.{k}", v, "an integer written with the digits 0-9")
+            raise UserInputError(f"config.{k}", v, _int_rule(k))
     if "dp" not in fields:
         denom = 1
         for k in ("tp", "cp", "pp"):

@@ -38,6 +38,17 @@ def from_pydantic(exc, prefix: str = "") -> UserInputError:
     return UserInputError(field, value, msg)
 
 
+def rule_of(exc: Exception) -> str:
+    """What a rejected value must be, in pydantic's words for its first error ("Input should be
+    greater than or equal to 0"); the exception's type name where it is not a ValidationError."""
+    errors = getattr(exc, "errors", None)
+    try:
+        msg = errors()[0].get("msg", "") if callable(errors) else ""
+    except Exception:  # noqa: BLE001 - not pydantic's ValidationError after all
+        msg = ""
+    return msg.removeprefix("Value error, ").removeprefix("Input should be ") or type(exc).__name__
+
+
 class StorageCorrupt(RuntimeError):
     """A storage or tracking file that exists but is not a healthy SQLite database (empty,
     another kind of file, or failing SQLite's quick_check). The CLI prints it as one line and exits

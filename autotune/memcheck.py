@@ -145,16 +145,21 @@ def _row(r: dict, line: int, path) -> dict:
     missing = [k for k in FIELDS if not (r.get(k) or "").strip()]
     if missing:
         raise bad(f"the columns {', '.join(FIELDS)}, each with a value; {', '.join(missing)} missing")
-    try:
-        row = {**r, **{k: int(r[k]) for k in _INT},
-               **{k: float(r[k]) for k in ("measured_peak_bytes", "measured_between_steps_bytes")}}
-    except ValueError:
-        raise bad(f"whole numbers in {', '.join(_INT)} and numbers of bytes in the measured columns") from None
+    row = dict(r)
+    for k in _INT + ("measured_peak_bytes", "measured_between_steps_bytes"):
+        try:
+            row[k] = int(r[k]) if k in _INT else float(r[k])
+        except ValueError:
+            raise bad(f"column {k}: got {r[k]!r}; allowed: " + ("a whole number" if k in _INT else
+                                                                "a number of bytes")) from None
     if not all(math.isfinite(row[k]) and row[k] > 0 for k in ("measured_peak_bytes", "measured_between_steps_bytes")):
         raise bad("measured bytes that are finite and above 0")
     try:
         check_job(job_for(_scenario(row), _config(row)))
     except (UserInputError, ValueError) as e:       # pydantic's ValidationError is a ValueError
+        if callable(getattr(e, "errors", None)):      # pydantic's: its first error, by field and value
+            from .errors import from_pydantic
+            e = from_pydantic(e)
         what = str(e).splitlines()[0] if not isinstance(e, UserInputError) else f"{e.field}={e.value}: {e.allowed}"
         raise bad(f"a configuration the reference workload runs ({what})") from None
     return row

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import UserInputError
+from .errors import UserInputError, rule_of
 
 TIERS = ("scale_out", "cross_zone", "cross_building", "cross_region")
 FIELDS = ("loss_rate", "bandwidth_Bps", "latency_s", "distance_km", "oversubscription")
@@ -132,8 +132,7 @@ def with_values(scenario, values: dict, option_value: str | None = None):
             tiers[tier] = type(t).model_validate({**t.model_dump(), field: v})
         except Exception as e:  # noqa: BLE001 - pydantic names the bound
             raise UserInputError("--robust", option_value or f"{path}={v:g}",
-                                 f"values {tier}.{field} accepts ({type(e).__name__}: "
-                                 f"{str(e).splitlines()[-1].strip()[:120]})") from None
+                                 f"values {tier}.{field} accepts: {rule_of(e)}") from None
     return scenario.model_copy(update={"cluster": c.model_copy(update=tiers)})
 
 

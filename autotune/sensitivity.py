@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 
-from .errors import UserInputError
+from .errors import UserInputError, rule_of
 from .space import SearchSpace
 
 AXES = {
@@ -50,8 +50,7 @@ def sweep(scenario, axis: str, values=None, params=None, nominal=None) -> dict:
         try:
             s = _at(scenario, field, x)
         except Exception as e:  # noqa: BLE001 - pydantic rejects a value out of the tier's bounds
-            raise UserInputError("--values", v, f"values the cross_building {field} accepts ({type(e).__name__})") \
-                from None
+            raise UserInputError("--values", v, f"values the cross_building {field} accepts: {rule_of(e)}") from None
         res = exhaustive_search(SearchSpace(s).require_legal(), params)
         nom = evaluate(s, nominal, params, check=False)      # (memory does not depend on the link's bandwidth, latency or loss)
         points.append({"value": v, "best_s": res.best_iteration_time_s,

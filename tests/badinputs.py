@@ -146,6 +146,7 @@ MISUSE = [
     ("evaluate", *SCEN, "--config", "tp=8,,pp=2"), ("evaluate", *SCEN, "--config", "tp=8,pp=2,"),
     ("evaluate", *SCEN, "--config", "tp=1,pp=2,tp=8"),
     ("compare", *SCEN, "--gpus", "8", "--no-tracking", "--out", "{work}/c", "--strategies", "random,random"),
+    ("evaluate", *SCEN, "--config", "tp=8,overlap_dp=true"),
     ("importance", "--storage", "sqlite:///{work}/none.db", "--study-name", "x"),
     ("report", "--storage", "sqlite:///{work}/none.db", "--study-name", "x", "--out", "{work}/r.html"),
 ]

@@ -85,3 +85,25 @@ def test_gpu_presets_hold_the_usable_share_of_their_nominal_hbm():
     for gpu, nominal_gb in (("a100-80gb", 80), ("h100-sxm", 80), ("h800", 80), ("h200", 141), ("b200", 180),
                             ("gb200-nvl72", 186)):
         assert abs(load_preset("hardware", gpu).hbm_bytes / hbm_bytes_of_nominal_gb(nominal_gb) - 1) < 2e-4, gpu
+
+
+@pytest.mark.parametrize("text, field, allowed", [
+    ("tp=8,overlap_dp=true", "config.overlap_dp", "0 (off) or 1 (on)"),
+    ("tp=8,tp=4", "config.tp", "each field once (already tp=8)"),
+    ("tp=8,,pp=2", "--config", "none empty"),
+    ("tp=8,pp=2,", "--config", "none empty"),
+])
+def test_inline_config_mistakes_name_field_and_rule(text, field, allowed):
+    from autotune.configparse import parse_config_text, make_config
+    with pytest.raises(UserInputError) as e:
+        make_config(parse_config_text(text), 64)
+    assert e.value.field == field and allowed in e.value.allowed
+
+
+def test_a_preset_replacing_a_scenario_files_section_is_said(tmp_path, capsys):
+    f = tmp_path / "s.yaml"
+    f.write_text("model: llama3-70b\ncluster: metro-2bldg\n")
+    assert build_scenario(model="llama3-8b", scenario_file=str(f)).model.name == "llama3-8b"
+    assert "--model llama3-8b replaces the model section" in capsys.readouterr().err
+    build_scenario(model="llama3-70b", scenario_file=str(f))
+    assert capsys.readouterr().err == ""

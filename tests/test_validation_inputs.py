@@ -36,7 +36,7 @@ def _with(src, **kw):
 
 MESSY = [  # column, value, words the reason must contain
     ("tp", "eight", "not a number"), ("tp", "8.5", "not a positive integer"), ("n_gpus", "-8", "positive"),
-    ("n_gpus", "nan", "positive"), ("hidden", "inf", "positive"), ("hidden", "1e400", "positive"),
+    ("n_gpus", "nan", "not a number"), ("hidden", "inf", "not a number"), ("hidden", "1e400", "positive"),
     ("n_layers", "0", "positive"), ("seq_len", "", "empty"), ("seq_len", "2048 tokens", "not a number"),
     ("measured_value", "1,42", "not a number"), ("measured_value", "-1.4", "positive"),
     ("measured_value", "", "empty"), ("measured_metric", "seconds", "not one of"),
@@ -46,7 +46,7 @@ MESSY = [  # column, value, words the reason must contain
     ("etp", "two", "not a number"), ("tp_comm_overlap", "maybe", "not yes/no"),
     ("ep_comm_overlap", "sometimes", "not yes/no"), ("ep_dispatcher", "pigeon post", "no known MoE dispatcher"),
     ("optimizer_post_validation", "rarely", "not yes/no"),
-    ("hidden", "1e300", "hidden"), ("global_batch_seqs", "3", "multiple of dp*micro_batch"),
+    ("hidden", "1e300", "hidden"), ("tp", "1_000", "digits 0-9"), ("n_gpus", "８", "digits 0-9"), ("global_batch_seqs", "3", "multiple of dp*micro_batch"),
 ]
 
 
@@ -160,6 +160,10 @@ def test_records_with_the_wrong_field_count_and_broken_quoting(tmp_path):
     ("dup", "repeated"),
     ("typo", "misspelt"),
     (b"\xff\xfe\x00bin", "UTF-8"),
+    ("semicolons", "separated by semicolons"),
+    ("blank", "line 1 is blank"),
+    (b"model\x00name,tp\n", "NUL bytes"),
+    (b"source,model_name\nx,caf\xe9\n", "line 2 has byte 0xe9"),
 ])
 def test_files_without_a_scoreable_row_exit_2_in_one_line(tmp_path, content, needle):
     src = _shipped()
@@ -173,6 +177,10 @@ def test_files_without_a_scoreable_row_exit_2_in_one_line(tmp_path, content, nee
         p.write_text(",".join(header + ["TP"]) + "\n")
     elif content == "typo":
         p.write_text(",".join(["measured_vlaue" if h == "measured_value" else h for h in header]) + "\n")
+    elif content == "semicolons":
+        p.write_text(";".join(header) + "\n")
+    elif content == "blank":
+        p.write_text("\n" + ",".join(header) + "\n")
     elif isinstance(content, bytes):
         p.write_bytes(content)
     else:

@@ -105,6 +105,9 @@ def test_malformed_measurements_are_one_line(change, tmp_path):
     r = subprocess.run([*CLI, "memory", "--data", str(bad)], capture_output=True, text=True, timeout=60)
     assert r.returncode == 2, r.stderr
     assert "line 2" in r.stderr and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    k, v = next(iter(change.items()))
+    if v and k in ("dp", "dp_flavour", "placement"):          # the column and the value, named
+        assert f"{k}" in r.stderr and v in r.stderr, r.stderr
 
 
 def test_measurements_file_without_a_paper_schedule_row_still_reports(tmp_path):

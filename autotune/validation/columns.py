@@ -382,9 +382,11 @@ def _int(row, key, default=None, allow_zero: bool = False):
             raise Skip("empty, and it has no default", key, raw)
         return default
     try:
+        if not re.fullmatch(r"[0-9.eE+-]+", raw):      # float() takes '1_000' and non-ASCII digits
+            raise ValueError(raw)
         val = float(raw)
     except ValueError:
-        raise Skip("not a number", key, raw) from None
+        raise Skip("not a number (the digits 0-9)", key, raw) from None
     lo_ok = val >= 0 if allow_zero else val > 0
     if not math.isfinite(val) or not lo_ok or val != int(val):
         raise Skip("not a " + ("non-negative" if allow_zero else "positive") + " integer", key, raw)

@@ -54,6 +54,22 @@ def _check_scoreable(case: RunCase) -> None:
         raise Skip(f"the cost model gives no finite positive prediction for this row ({pred!r})")
 
 
+def _header_hint(header: list[str], none_found: bool) -> str:
+    """Why a header lacks required columns, where the file shows it: NUL bytes, or (naming none
+    of them) a blank first line or another delimiter."""
+    line = ",".join(header)
+    if "\x00" in line:
+        return "; line 1 holds NUL bytes: a binary or UTF-16 file?"
+    if not none_found:
+        return ""
+    if not line.strip():
+        return "; line 1 is blank: the header must be the first line"
+    for sep, name in ((";", "semicolons"), ("\t", "tabs"), ("|", "bars")):
+        if len(header) == 1 and sep in line:
+            return f"; line 1 is separated by {name}: save it comma-separated"
+    return ""
+
+
 def load_runs(path: str | Path | None = None) -> Runs:
     """Read a runs CSV: every data row becomes a case or a skipped entry with its reason.
     Raises UserInputError (one line) for a file that cannot be read at all, lacks required
@@ -65,8 +81,10 @@ def load_runs(path: str | Path | None = None) -> Runs:
         raise UserInputError("--runs", str(p), f"a readable CSV file ({e.strerror or e}), or the name reserved") from None
     try:
         text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError:
-        raise UserInputError("--runs", str(p), "a UTF-8 CSV file") from None
+    except UnicodeDecodeError as e:
+        line = raw[:e.start].count(b"\n") + 1
+        raise UserInputError("--runs", str(p), f"a UTF-8 CSV file (line {line} has byte "
+                                               f"0x{raw[e.start]:02x}: saved as Latin-1 or Windows-1252?)") from None
     reader = csv.reader(io.StringIO(text, newline=""))
     try:
         header = next(reader)
@@ -89,7 +107,8 @@ def load_runs(path: str | Path | None = None) -> Runs:
             if near:
                 hints.append(f"{near[0]!r} for {c!r}?")
         raise UserInputError("--runs", str(p), "a CSV with the columns of published_runs.csv (missing: "
-                             + ", ".join(missing) + (("; misspelt: " + " ".join(hints)) if hints else "") + ")")
+                             + ", ".join(missing) + (("; misspelt: " + " ".join(hints)) if hints else "") + ")"
+                             + _header_hint(header, len(missing) == len(REQUIRED_COLUMNS)))
     typos = {}
     for nm in unknown:
         near = difflib.get_close_matches(nm, [c for c in COLUMNS if c not in seen], n=1, cutoff=TYPO_CUTOFF)
