@@ -9,7 +9,7 @@ import click
 from .cli_calibrate import calibrate
 from .cli_common import (EXIT_SERVICE_UNAVAILABLE, EXIT_USER_ERROR, MAX_BENCH_ROWS, MAX_SEEDS, MAX_TRIALS, STRICT_FLOAT,
                          STRICT_INT, _backend_options, _emit, _header, _params, _print_evaluation, _print_header,
-                         _print_launch, _scenario, params_option, scenario_options)
+                         _objectives, _print_launch, _scenario, given, params_option, scenario_options)
 from .cli_explain import explain, importance, report, sensitivity, timeline
 from .cli_propose import propose
 from .cli_search import search
@@ -172,30 +172,20 @@ def _print_study(d):
 SCENARIO_PARAMS = ("model", "cluster", "gpus", "global_batch", "seq_len", "precision", "scenario_file", "overrides")
 
 
-def _given(name: str) -> bool:
-    """Whether an option was given (on the command line), not left at its default."""
-    src = click.get_current_context().get_parameter_source(name)
-    return src not in (None, click.core.ParameterSource.DEFAULT, click.core.ParameterSource.DEFAULT_MAP)
-
-
 def _scenario_or_stored(kw, study_name):
     """The scenario given by the options, or None (the stored study's) when none of them is given
     and a study is named: a resume or a worker reads its scenario from the study."""
+    if study_name is not None and not study_name.strip():
+        raise UserInputError("--study-name", study_name, "the name of a study (not empty)")
     if study_name and not any(kw.get(k) for k in SCENARIO_PARAMS):
         for k in SCENARIO_PARAMS:
             kw.pop(k, None)
         return None
+    if study_name and not (kw.get("model") and kw.get("cluster")) and not kw.get("scenario_file"):
+        k = next(k for k in SCENARIO_PARAMS if kw.get(k))
+        raise UserInputError("--" + k.replace("_", "-"), kw[k], "with --study-name, the whole scenario (--model and "
+                             "--cluster, or --scenario) to check against the study's, or no scenario option")
     return _scenario(kw)
-
-
-def _objectives(text):
-    """Comma-separated objective names; an empty entry is refused (check_objectives names the rest)."""
-    if text is None:
-        return None
-    names = tuple(o.strip() for o in text.split(","))
-    if any(not o for o in names):
-        raise UserInputError("--objectives", text, "comma-separated objective names, none empty")
-    return names
 
 
 @cli.command()
@@ -219,19 +209,19 @@ def study(strategy, strategy_options, seed, out_dir, params_file, trials, until,
     from .study import StudyRunner
     backend_options = _backend_options(backend_options)
     if params_file is not None:
-        if _given("backend") and backend != "costmodel":
+        if given("backend") and backend != "costmodel":
             raise UserInputError("--params", params_file, "only with --backend costmodel (a real backend measures)")
         _params(params_file)                               # a bad file fails here, before anything is written
         backend_options["params"] = params_file
     scen = _scenario_or_stored(kw, study_name)
-    runner = StudyRunner(scen, strategy=strategy if _given("strategy") else None, trials=trials, until=until,
+    runner = StudyRunner(scen, strategy=strategy if given("strategy") else None, trials=trials, until=until,
                          storage=storage,
                          study_name=study_name, tracking_uri=tracking_uri, seed=seed,
-                         backend=backend if _given("backend") else None,
+                         backend=backend if given("backend") else None,
                          backend_options=backend_options or None, trial_timeout_s=trial_timeout,
                          track=not no_tracking, progress=not as_json and sys.stderr.isatty(), experiment=experiment,
-                         infeasible=infeasible if _given("infeasible") else None,
-                         objectives=_objectives(objectives) if _given("objectives") else None,
+                         infeasible=infeasible if given("infeasible") else None,
+                         objectives=_objectives(objectives) if given("objectives") else None,
                          strategy_options=_backend_options(strategy_options, "--strategy-option") or None)
     if out_dir is not None:
         from .launch import check_out_dir
@@ -326,6 +316,8 @@ def compare(strategies, budget, seeds, out_dir, seed_baselines, params_file, tra
     for s in names:
         if s not in STRATEGY_NAMES or names.count(s) > 1:
             raise UserInputError("--strategies", s, "each once, among " + ", ".join(STRATEGY_NAMES))
+    if no_tracking and tracking_uri is not None:
+        raise UserInputError("--tracking-uri", tracking_uri, "not with --no-tracking (nothing is logged to MLflow)")
     scen = _scenario(kw)
     data = run_compare(scen, names, budget, seeds, out_dir,
                        tracking_uri=None if no_tracking else tracking_uri, track=not no_tracking,

@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from .cli_common import STRICT_FLOAT, STRICT_INT, _backend_options, _emit, _scenario, scenario_options
+from .cli_common import SEED, STRICT_FLOAT, STRICT_INT, _backend_options, _check_file_target, _emit, _scenario, scenario_options
 from .errors import UserInputError
 
 
@@ -18,7 +18,7 @@ from .errors import UserInputError
               help="cross-building rates (Mbit/s) to measure at; local-torch shapes its emulated link to each")
 @click.option("--configs", "n_configs", type=STRICT_INT, default=14, help="configurations in the designed set")
 @click.option("--holdout", type=STRICT_FLOAT, default=0.33, help="fraction of configurations held out of the fit")
-@click.option("--seed", type=STRICT_INT, default=0)
+@click.option("--seed", type=SEED, default=0)
 @click.option("--out", "out_path", default="calibrated-scenario.yaml", help="scenario file to write")
 @click.option("--json", "as_json", is_flag=True)
 def calibrate(backend, backend_options, xb_mbit, n_configs, holdout, seed, out_path, as_json, **kw):
@@ -29,10 +29,12 @@ def calibrate(backend, backend_options, xb_mbit, n_configs, holdout, seed, out_p
     from .extras import require
     require("fit", "autotune calibrate", "(fits the network parameters)")
     scen = _scenario(kw)
+    _check_file_target(out_path, "--out", ("yaml", "yml"))            # before minutes of measuring, not after
     try:
-        rates = [float(x) for x in xb_mbit.split(",") if x.strip()]
-    except ValueError:
-        raise UserInputError("--xb-mbit", xb_mbit, "comma-separated numbers (Mbit/s)") from None
+        rates = [STRICT_FLOAT.convert(x, None, None) for x in xb_mbit.split(",")]
+    except click.BadParameter:
+        raise UserInputError("--xb-mbit", xb_mbit, "comma-separated finite numbers written with the digits 0-9 "
+                             "(Mbit/s)") from None
     if not rates or min(rates) <= 0:
         raise UserInputError("--xb-mbit", xb_mbit, "one or more positive rates")
     if n_configs < 6:

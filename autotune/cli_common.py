@@ -48,7 +48,19 @@ def _short(value, n: int = 60):
     return text if len(text) <= n else text[:n] + f"...({len(text)} characters)"
 
 
-STRICT_INT, STRICT_FLOAT = _StrictInt(), _StrictFloat()
+class _Seed(_StrictInt):
+    """A random seed: an integer from 0 to 2**32 - 1 (numpy's and Optuna's range)."""
+    name = "seed"
+
+    def convert(self, value, param, ctx):
+        v = super().convert(value, param, ctx)
+        if not 0 <= v <= MAX_SEED:
+            self.fail(f"got {v}; allowed: an integer from 0 to {MAX_SEED}", param, ctx)
+        return v
+
+
+MAX_SEED = 2**32 - 1
+STRICT_INT, STRICT_FLOAT, SEED = _StrictInt(), _StrictFloat(), _Seed()
 
 
 def _emit(data: dict, as_json: bool, human) -> None:
@@ -158,6 +170,16 @@ def _print_tiers(table: dict) -> None:
                    f"{tot['exposed_s']:11.4f}{tot['hidden_s']:10.4f}")
 
 
+def _objectives(text):
+    """Comma-separated objective names; an empty entry is refused (check_objectives names the rest)."""
+    if text is None:
+        return None
+    names = tuple(o.strip() for o in text.split(","))
+    if any(not o for o in names):
+        raise UserInputError("--objectives", text, "comma-separated objective names, none empty")
+    return names
+
+
 def given(param: str) -> bool:
     """Whether the running command's option ``param`` (its Python name) was typed on the command
     line or set in the environment, not left at its default: an option that only means something
@@ -165,21 +187,29 @@ def given(param: str) -> bool:
     import click
     from click.core import ParameterSource
     src = click.get_current_context().get_parameter_source(param)
-    return src not in (None, ParameterSource.DEFAULT)
+    return src not in (None, ParameterSource.DEFAULT, ParameterSource.DEFAULT_MAP)
 
 
-def _check_file_target(path: str, option: str) -> None:
+def _check_file_target(path: str, option: str, suffixes: tuple = ()) -> None:
+    """A file the command will write, checked before any work: in an existing folder that takes a
+    new file (probed with a temporary one, removed at once), not a folder, and, where ``suffixes``
+    are given, ending in one of them."""
+    import tempfile
     p = Path(path)
     if p.is_dir() or not p.parent.is_dir():
         raise UserInputError(option, path, "a file path in an existing folder")
+    if suffixes and p.suffix.lower().lstrip(".") not in suffixes:
+        raise UserInputError(option, path, "a file ending in ." + ", .".join(suffixes))
+    try:
+        with tempfile.NamedTemporaryFile(dir=p.parent, prefix=".autotune-probe-"):
+            pass
+    except OSError as exc:
+        raise UserInputError(option, path, f"a file in a writable folder ({exc.strerror})") from None
 
 
 def _check_image_target(path: str, option: str) -> None:
-    """A figure's file path: in an existing folder, ending in a format matplotlib writes."""
-    _check_file_target(path, option)
-    suffix = Path(path).suffix.lower().lstrip(".")
-    if suffix not in IMAGE_FORMATS:
-        raise UserInputError(option, path, "a file ending in ." + ", .".join(IMAGE_FORMATS))
+    """A figure's file path: in a writable folder, ending in a format matplotlib writes."""
+    _check_file_target(path, option, IMAGE_FORMATS)
 
 
 IMAGE_FORMATS = ("png", "pdf", "svg")

@@ -25,6 +25,8 @@ def explain(config_text, params_file, out_dir, html_path, as_json, **kw):
     from .explain import explain as run_explain
     from .explain import explain_plot
     params, scen = _params(params_file), _scenario(kw)
+    if html_path is not None:
+        _check_file_target(html_path, "--html", ("html", "htm"))
     if out_dir is not None:
         from .launch import check_out_dir
         check_out_dir(out_dir)
@@ -45,7 +47,6 @@ def explain(config_text, params_file, out_dir, html_path, as_json, **kw):
         explain_plot(data, data["files"][0], f"{scen.model.name} x {scen.cluster.name}")
     if html_path is not None:
         from .htmlreport import write_explain_report
-        _check_file_target(html_path, "--html")
         data["report_s"] = write_explain_report(scen, data, html_path, params)
         data.setdefault("files", []).append(html_path)
 
@@ -88,6 +89,8 @@ def sensitivity(axis, values_text, params_file, out_png, as_json, **kw):
     from .sensitivity import sensitivity_plot, sweep
     params, scen = _params(params_file), _scenario(kw)
     axes = [a.strip() for a in axis.split(",")]
+    if len(set(axes)) < len(axes):
+        raise UserInputError("--axis", axis, "each axis once, among bandwidth, distance, loss")
     values = None
     if values_text is not None:
         if len(axes) != 1:
@@ -130,7 +133,7 @@ def report(study_name, storage, params_file, out_html, as_json):
     the best configuration explained against the baselines, its pipeline timeline."""
     from .htmlreport import write_study_report
     from .study import DEFAULT_STORAGE
-    _check_file_target(out_html, "--out")
+    _check_file_target(out_html, "--out", ("html", "htm"))
     seconds = write_study_report(storage or DEFAULT_STORAGE, study_name, out_html, _params(params_file))
     _emit({"file": out_html, "seconds": seconds}, as_json, lambda d: click.echo(f"wrote {d['file']} in {d['seconds']:.1f} s"))
 
@@ -163,6 +166,12 @@ def importance(study_name, storage, as_json):
     _emit(data, as_json, human)
 
 
+MAX_TIMELINE_OPS = 16_384
+"""Most forward, backward and weight-gradient ops ``timeline`` simulates and draws: about a minute of
+the event simulator on this project's 2-core machine (pp 32 with 128 micro-batches, 12,288 ops,
+took 45 s), and more blocks than a figure can show."""
+
+
 @click.command()
 @scenario_options
 @click.option("--config", "config_text", required=True, help='"tp=8,pp=8,pp_schedule=zbv,..." or a YAML file')
@@ -180,6 +189,11 @@ def timeline(config_text, params_file, out_png, as_json, **kw):
     cfg = make_config(parse_config_text(config_text), scen.n_gpus)
     SearchSpace(scen).check(cfg)
     _check_image_target(out_png, "--out")
+    ops = cfg.pp * cfg.pp_chunks * 3 * (scen.workload.global_batch_seqs // (cfg.dp * cfg.micro_batch))
+    if ops > MAX_TIMELINE_OPS:
+        raise UserInputError("--config", config_text, f"a pipeline of at most {MAX_TIMELINE_OPS:,} ops to draw "
+                             f"(stages x chunks x 3 x micro-batches; this one has {ops:,}: a smaller --global-batch "
+                             "or a larger micro_batch)")
     if not as_json:
         click.echo(f"simulating every op of {cfg.pp} stages (event-level; grows about quadratically with the "
                    "micro-batches: minutes for hundreds) ...", err=True)

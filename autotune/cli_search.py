@@ -5,7 +5,7 @@ import sys
 
 import click
 
-from .cli_common import (MAX_JOBS, MAX_ROBUST_SAMPLES, MAX_TOP_K, STRICT_INT, _emit, _header, _params,
+from .cli_common import (MAX_JOBS, MAX_ROBUST_SAMPLES, MAX_TOP_K, SEED, STRICT_INT, _emit, _header, _params,
                          _print_evaluation, _print_header, _print_launch, _scenario, given, params_option,
                          scenario_options)
 from .errors import UserInputError
@@ -29,7 +29,7 @@ from .errors import UserInputError
                    "configuration with the best expected (or worst-case) time over seeded samples, exactly")
 @click.option("--robust-samples", type=STRICT_INT, default=16, show_default=True, help="samples of the ranges")
 @click.option("--robust-objective", type=click.Choice(["mean", "worst"]), default="mean", show_default=True)
-@click.option("--robust-seed", type=STRICT_INT, default=0, show_default=True)
+@click.option("--robust-seed", type=SEED, default=0, show_default=True)
 @params_option
 @click.option("--json", "as_json", is_flag=True)
 def search(top_k, out_dir, space_name, workers, robust, robust_samples, robust_objective, robust_seed, params_file,

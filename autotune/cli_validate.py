@@ -35,7 +35,7 @@ def validate(runs, fit, write_path, loso, jobs, params_file, as_json):
     if write_path is not None and not fit and not loso:
         raise UserInputError("--write", write_path, "only with --fit (it writes the fitted parameters)")
     if write_path and fit:
-        _check_file_target(write_path, "--write")
+        _check_file_target(write_path, "--write", ("yaml", "yml"))
     if fit or loso:
         from .extras import require
         require("fit", "--loso" if loso else "--fit", True)
@@ -203,7 +203,7 @@ def memory(measure, data_path, write_path, as_json):
     if write_path and not measure:
         raise UserInputError("--write", write_path, "only with --measure (it saves new measurements)")
     if write_path:
-        _check_file_target(write_path, "--write")
+        _check_file_target(write_path, "--write", ("csv",))
     if measure and data_path:
         raise UserInputError("--data", data_path, "not with --measure (which measures the grid itself)")
     if measure:

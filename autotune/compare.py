@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
 
+from .errors import UserInputError
 from .report import best_so_far
 from .space import SearchSpace
 from .specs import Scenario
@@ -21,13 +24,31 @@ def exhaustive_optimum(scenario: Scenario, cache_dir: Path | None = None, params
     and parameter values."""
     tag = "" if params is None else "-" + params.key()
     f = cache_dir / f"optimum-{scenario.key}{tag}.json" if cache_dir else None
+    if f is not None and f.is_dir():
+        raise UserInputError("--out", str(f), "a folder where the optimum's cache file can be written (that name "
+                                              "is a folder)")
     if f is not None and f.exists():
-        return json.loads(f.read_text())
+        try:
+            cached = json.loads(f.read_text())
+            if isinstance(cached, dict) and isinstance(cached.get("optimum_s"), (int, float)) and \
+                    isinstance(cached.get("best_config"), dict):
+                return cached
+        except (OSError, UnicodeDecodeError, ValueError):
+            pass
+        print(f"note: {f} is not a cache autotune wrote (truncated or edited): computing the optimum again",
+              file=sys.stderr)
     res = exhaustive_search(SearchSpace(scenario).require_legal(), params)
     out = {"optimum_s": res.best_iteration_time_s, "legal_count": res.legal_count,
            "best_config": res.best_config.model_dump(), "elapsed_s": res.elapsed_s}
-    if f is not None:
-        f.write_text(json.dumps(out))
+    if f is not None:                      # atomically: a kill mid-write leaves the old file or none
+        fd, tmp = tempfile.mkstemp(prefix=f".{f.name}.", dir=f.parent)
+        try:
+            with os.fdopen(fd, "w") as fh:
+                fh.write(json.dumps(out))
+            os.replace(tmp, f)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
     return out
 
 

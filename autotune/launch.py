@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from .backends.torchtitan import TORCHTITAN_VERSION, torchtitan_args, torchtitan_notes
 from .specs.config import Config
+from .errors import UserInputError
 
 _ALGO = {"nccl_auto": None, "ring": "Ring", "tree": "Tree", "hierarchical": None}
 _PROTO = {"auto": None, "simple": "Simple", "ll128": "LL128", "ll": "LL"}
@@ -239,6 +240,10 @@ def write_launch_dir(out: str, scenario, top: list, command: str, measured_s: li
                     *(e.breakdown[k] for k in keys)])
     files["top_k.csv"] = buf.getvalue()
     files["scenario.yaml"] = yaml.safe_dump(scenario.model_dump(mode="json"), sort_keys=False)
+    for name in files:                 # every name checked before the first file is written
+        if (d / name).is_dir() or ((d / name).exists() and not (d / name).is_file()):
+            raise UserInputError("--out", str(d / name), f"a folder where {name} can be written (that name is "
+                                                         "taken by a folder or a special file)")
     written = []
     umask = os.umask(0)
     os.umask(umask)

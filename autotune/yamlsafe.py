@@ -7,12 +7,15 @@ graph is checked before any Python object is built.
 """
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import yaml
 
 from .errors import UserInputError
 
+_DECIMAL = re.compile(r"[+-]?(0|[1-9][0-9]*)")
+"""An integer as a person reads it; YAML 1.1 also reads 010 (octal 8), 0x10, 1_000 and 1:30 (90)."""
 MAX_FILE_BYTES = 1 << 20
 """Largest input file read (1 MiB): scenario and configuration files are a few KB."""
 MAX_DEPTH = 64
@@ -41,6 +44,9 @@ def _check(node, field: str, source: str) -> None:
                 kids += [k, v]
         elif isinstance(n, yaml.SequenceNode):
             kids = list(n.value)
+        elif n.tag == "tag:yaml.org,2002:int" and not _DECIMAL.fullmatch(n.value):
+            raise UserInputError(field, source, f"numbers written with the digits 0-9 ({n.value!r} on line "
+                                                f"{n.start_mark.line + 1} is YAML 1.1 octal, hex, _ or : notation)")
         if done:
             sizes[id(n)] = 1 + sum(sizes[id(c)] for c in kids)
             if sizes[id(n)] > MAX_EXPANDED_NODES:

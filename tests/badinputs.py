@@ -147,6 +147,31 @@ MISUSE = [
     ("evaluate", *SCEN, "--config", "tp=1,pp=2,tp=8"),
     ("compare", *SCEN, "--gpus", "8", "--no-tracking", "--out", "{work}/c", "--strategies", "random,random"),
     ("evaluate", *SCEN, "--config", "tp=8,overlap_dp=true"),
+    ("calibrate", *SCEN, "--backend", "costmodel", "--out", "{in}"),
+    ("calibrate", *SCEN, "--backend", "costmodel", "--out", "{in}/missing/x.yaml"),
+    ("calibrate", *SCEN, "--backend", "costmodel", "--out", "{work}/x.txt"),
+    ("calibrate", *SCEN, "--backend", "costmodel", "--seed", "-1"),
+    ("calibrate", *SCEN, "--backend", "costmodel", "--xb-mbit", "nan"),
+    ("calibrate", *SCEN, "--backend", "costmodel", "--xb-mbit", "1_000"),
+    ("calibrate", *SCEN, "--backend", "costmodel", "--xb-mbit", "inf"),
+    ("search", *SCEN, "--robust", "cluster.cross_building.loss_rate=1e-6..1e-3", "--robust-seed", "-1"),
+    ("explain", *SCEN, "--html", "/proc/nope/x.html"), ("explain", *SCEN, "--html", "{work}/r.txt"),
+    ("explain", *SCEN, "--out", "{work}/ex", "--html", "{in}/missing/r.html"),
+    ("sensitivity", *SCEN, "--out", "/proc/nope/s.png"), ("sensitivity", *SCEN, "--axis", "loss,loss"),
+    ("report", "--study-name", "x", "--storage", "sqlite:///{work}/none.db", "--out", "{work}/s.db"),
+    ("space", *SCEN, "--set", "model.n_layers=true"), ("space", *SCEN, "--set", "model.n_layers=1_6"),
+    ("space", *SCEN, "--set", "model.n_layers=0x10"), ("space", *SCEN, "--set", "workload.global_batch_seqs="),
+    ("space", *SCEN, "--set", "model.n_layers=1:30"),
+    ("evaluate", *SCEN, "--config", "{in}/octal.yaml"),
+    (*STUDY[:-2], "--storage", "sqlite:///{work}/s.db", "--study-name", ""),
+    (*STUDY[:-2], "--storage", "sqlite:///{work}/s.db", "--study-name", "  "),
+    ("worker", "--study-name", "", "--storage", "sqlite:///{work}/s.db", "--no-tracking"),
+    ("worker", "--study-name", "x", "--precision", "fp8", "--storage", "sqlite:///{work}/s.db", "--no-tracking"),
+    (*STUDY, "--strategy", "guided", "--strategy-option", "prior_weight=nan"),
+    (*STUDY, "--strategy", "guided", "--strategy-option", "batch=1_0"),
+    (*STUDY, "--experiment-name", "x"),
+    ("timeline", "--model", "llama3-405b", "--cluster", "campus-5bldg", "--global-batch", "76800", "--config",
+     "tp=8,pp=32,dp=40,micro_batch=1", "--out", "{work}/t.png"),
     ("importance", "--storage", "sqlite:///{work}/none.db", "--study-name", "x"),
     ("report", "--storage", "sqlite:///{work}/none.db", "--study-name", "x", "--out", "{work}/r.html"),
 ]
@@ -266,7 +291,8 @@ def cases() -> list[Case]:
                                                 ("bin.csv", bytes(range(256)) * 8),
                                                 ("nocols.csv", b"a,b,c\n1,2,3\n"))))
     for args in MISUSE:      # an option that means nothing alone, a target that cannot be written, a repeat
-        out.append(Case("misuse", args, (("bad.yaml", b"params:\n  a: [1,\n"), ("afile", b"keep"))))
+        out.append(Case("misuse", args, (("bad.yaml", b"params:\n  a: [1,\n"), ("afile", b"keep"),
+                                         ("octal.yaml", b"tp: 8\npp: 2\ncp: 2\ndp: 010\n"))))
     seen, unique = set(), []
     for c in out:
         if c.key not in seen:

@@ -147,7 +147,7 @@ def load(path: Path = DEFAULT_POLICY):
         raise UserInputError("--policy", str(p), "a trained policy file (python -m autotune.agents.ppo --out FILE trains one)")
     try:
         return MaskablePPO.load(p, device="cpu")
-    except (OSError, ValueError, KeyError, zipfile.BadZipFile, RuntimeError) as e:   # a file that is no policy
+    except (OSError, ValueError, KeyError, AssertionError, zipfile.BadZipFile, RuntimeError) as e:   # no policy
         from autotune.errors import UserInputError
         raise UserInputError("--policy", str(p), f"a policy file saved by MaskablePPO ({type(e).__name__})") from None
 

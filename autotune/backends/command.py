@@ -355,10 +355,14 @@ class CommandBackend:
             return Measurement.failure("command printed no JSON line with iteration_time_s"
                                        + (f" (stderr: {last_err})" if last_err else ""))
         t = d.get("iteration_time_s", d.get("step_time_s"))
+        if isinstance(t, bool) or not isinstance(t, (int, float, str)):
+            return Measurement.failure(f"command reported a non-numeric step time: {t!r}")
         try:
             t = float(t)
         except (TypeError, ValueError):
             return Measurement.failure(f"command reported a non-numeric step time: {t!r}")
+        if not isinstance(d.get("feasible", True), bool):        # bool("false") is True
+            return Measurement.failure(f"command reported feasible={d.get('feasible')!r}, not JSON true or false")
         breakdown = d.get("breakdown") if isinstance(d.get("breakdown"), dict) else {}
         extra = {k: v for k, v in d.items() if k not in ("iteration_time_s", "step_time_s", "breakdown")}
         extra["wall_s"] = time.perf_counter() - t0

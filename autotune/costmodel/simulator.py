@@ -127,7 +127,8 @@ def simulate_pipeline(sched: str, p: int, v: int, m: int, t_f, t_b, t_w, delay, 
     first = [None] * p
     seq = p
     heap = [(0.0, r, r) for r in range(p)]
-    finish_times: list[float] = []
+    finish_times: list[float] = []    # min-heaps of future moments: the clock only moves forward, so a
+    # moment at or before the current one is dropped for good (each wait is O(log n), not O(ops))
     scheduled = 0
     idle_pops = 0
     waited_for: list[float] = []      # ready times any waiting rank is waiting for (a message in flight)
@@ -137,9 +138,13 @@ def simulate_pipeline(sched: str, p: int, v: int, m: int, t_f, t_b, t_w, delay, 
         rank's turn (same time, after it), or a candidate of any waiting rank becoming ready."""
         nonlocal seq, idle_pops
         others_now = any(x[0] <= t + 1e-15 for x in heap)
-        waited_for.extend(x for x in own_ready if x > t + 1e-15)
-        later = [x for x in finish_times if x > t + 1e-15] + [x[0] for x in heap if x[0] > t + 1e-15] \
-            + [x for x in waited_for if x > t + 1e-15]
+        for x in own_ready:
+            if x > t + 1e-15:
+                heapq.heappush(waited_for, x)
+        for h in (finish_times, waited_for):
+            while h and h[0] <= t + 1e-15:
+                heapq.heappop(h)
+        later = [h[0] for h in (finish_times, waited_for) if h] + [x[0] for x in heap if x[0] > t + 1e-15]
         if others_now:
             idle_pops += 1
             if idle_pops > 2 * p + 2 and not later:
@@ -210,7 +215,7 @@ def simulate_pipeline(sched: str, p: int, v: int, m: int, t_f, t_b, t_w, delay, 
         busy[r] += d
         if first[r] is None:
             first[r] = start
-        finish_times.append(end)
+        heapq.heappush(finish_times, end)
         scheduled += 1
         idle_pops = 0
         seq += 1

@@ -3,6 +3,7 @@ dotted command-line overrides (``--set cluster.cross_building.loss_rate=1e-5``).
 from __future__ import annotations
 
 import copy
+import re
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
@@ -29,7 +30,21 @@ def load_preset(kind: str, name: str):
         raise from_pydantic(e, prefix=f"{kind}.{name}") from None
 
 
-def _parse_scalar(text: str):
+_DECIMAL = re.compile(r"[+-]?[0-9]+")
+_YAML11_NUMBER = re.compile(r"[+-]?(0[0-7]+|0[xob][0-9a-fA-F_]+|[0-9][0-9_]*_[0-9_]*(\.[0-9_]*)?|[0-9]+(:[0-5]?[0-9])+)")
+"""What YAML 1.1 reads as a number and a person would not: octal (010 is 8), hex/binary, digits with
+underscores (1_6 is 16), sexagesimal (1:30 is 90)."""
+
+
+def _parse_scalar(text: str, key: str = ""):
+    """One --set value: a decimal integer as written (010 is 10, as in --config), else YAML."""
+    if _DECIMAL.fullmatch(text):
+        return int(text, 10)
+    if _YAML11_NUMBER.fullmatch(text):
+        raise UserInputError(f"--set {key}".strip(), text, "a number written with the digits 0-9 (no "
+                                                           "_ separators, 0x or : forms)")
+    if not text:
+        raise UserInputError(f"--set {key}".strip(), text, "a value (null to unset an optional field)")
     try:
         return load_text(text, "--set", text)
     except yaml.YAMLError:
@@ -86,8 +101,21 @@ def parse_overrides(items) -> list[tuple[str, object]]:
         key, _, val = item.partition("=")
         if not key.strip():
             raise UserInputError("--set", item, "a non-empty dotted key")
-        out.append((key.strip(), _parse_scalar(val.strip())))
+        out.append((key.strip(), _parse_scalar(val.strip(), key.strip())))
     return out
+
+
+def _current(tree, dotted: str):
+    """The value at ``dotted`` in the tree, None where the path does not exist (yet)."""
+    node = tree
+    for part in dotted.split("."):
+        if isinstance(node, dict):
+            node = node.get(part)
+        elif isinstance(node, list) and _DECIMAL.fullmatch(part) and 0 <= int(part) < len(node):
+            node = node[int(part)]
+        else:
+            return None
+    return node
 
 
 def _section(value, kind: str) -> dict:
@@ -168,6 +196,9 @@ def build_scenario(model=None, cluster=None, gpus=None, global_batch=None, seq_l
     for key, val in parse_overrides(overrides):
         if key.split(".")[0] not in ("model", "workload", "cluster"):
             raise UserInputError("--set", key, "a key starting with model., workload. or cluster.")
+        cur = _current(tree, key)
+        if isinstance(val, bool) and isinstance(cur, (int, float)) and not isinstance(cur, bool):
+            raise UserInputError(f"--set {key}", val, f"a number (it is {cur}); true/false are not numbers")
         apply_override(tree, key, val, created)
     try:
         scen = Scenario.model_validate(tree)

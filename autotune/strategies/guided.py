@@ -101,22 +101,33 @@ class GuidedStrategy(Strategy):
     seeded_with_baselines = False
     """The ranking already puts the baselines first where the model thinks they are fast."""
 
+    MAX_POOL = 1_000_000
+    """Largest candidate pool: every candidate is evaluated by the cost model each round."""
+
     def __init__(self, batch: int | str = 3, pool: int | str = 512, prior_weight: float | str = 0.25,
                  stop_within: float | str | None = None):
         from ..errors import UserInputError
 
         def number(name, v, kind):
-            try:
-                return kind(v)
-            except (TypeError, ValueError):
-                raise UserInputError(f"strategy option {name}", v, f"a number ({kind.__name__})") from None
+            """A finite int or float, from a number or its decimal text in ASCII digits (float()
+            takes nan, inf and 1_000; int() other scripts' digits)."""
+            import math
+            import re
+            text = str(v).strip()
+            pattern = r"[+-]?[0-9]+" if kind is int else r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?"
+            if isinstance(v, bool) or not re.fullmatch(pattern, text, flags=re.ASCII) \
+                    or not math.isfinite(float(text)):
+                raise UserInputError(f"strategy option {name}", v, f"a finite number ({kind.__name__}) written with "
+                                     "the digits 0-9")
+            return kind(text)
         batch, pool = number("batch", batch, int), number("pool", pool, int)
         prior_weight = number("prior_weight", prior_weight, float)
         stop_within = None if stop_within in (None, "", "none") else number("stop_within", stop_within, float)
         if int(batch) < 1:
             raise UserInputError("strategy option batch", batch, "an integer >= 1")
-        if int(pool) < int(batch):
-            raise UserInputError("strategy option pool", pool, f"an integer >= batch ({batch})")
+        if not batch <= pool <= self.MAX_POOL:
+            raise UserInputError("strategy option pool", pool, f"an integer from batch ({batch}) to "
+                                 f"{self.MAX_POOL:,}")
         if float(prior_weight) < 0:
             raise UserInputError("strategy option prior_weight", prior_weight, "a number >= 0")
         if stop_within is not None and not 0 <= float(stop_within) < 1:

@@ -14,7 +14,8 @@ FAILURE_KINDS = (("timed out", "timeout"), ("invalid iteration time: nan", "NaN 
                  ("invalid iteration time", "invalid time"), ("command failed (signal", "killed mid-run"),
                  ("out of memory", "out of memory"), (INTERRUPTED, INTERRUPTED),
                  ("backend raised", "backend raised"), ("no JSON line", "no result line"),
-                 ("command failed", "command failed"), ("does not report", "missing objective"))
+                 ("command failed", "command failed"), ("does not report", "missing objective"),
+                 ("non-numeric step time", "invalid time"), ("not JSON true or false", "invalid result"))
 
 
 def failure_kinds(trials) -> dict:

@@ -20,6 +20,8 @@ from .storage import DEFAULT_STORAGE, StorageCalls, open_storage, stored_attrs
 from .tell import Recorder
 
 DEFAULT_TRIALS = 100
+MAX_STUDY_NAME_CHARS = 512
+"""Longest study name: Optuna's RDB storage keeps it in a VARCHAR(512) column (``studies.study_name``)."""
 """Trials a run adds when neither ``--trials`` nor ``--until`` is given."""
 
 
@@ -42,10 +44,17 @@ class StudyRunner:
         self.seed, self.join, self.track, self.progress = int(seed), join, track, progress
         self.storage_url, self.trial_timeout_s, self.seed_baselines = storage or DEFAULT_STORAGE, trial_timeout_s, \
             seed_baselines
+        for option, value in (("--tracking-uri", tracking_uri), ("--experiment-name", experiment)):
+            if value is not None and not track:
+                raise UserInputError(option, value, "not with --no-tracking (nothing is logged to MLflow)")
         if experiment is not None and not str(experiment).strip():
             raise UserInputError("--experiment-name", experiment, "a non-empty MLflow experiment name")
         given = check_given(Given(scenario, strategy, objectives, infeasible, backend, backend_options,
                                   strategy_options, categorical_unordered, tracking_uri, experiment))
+        if study_name is not None and (not study_name.strip() or study_name != study_name.strip()
+                                       or len(study_name) > MAX_STUDY_NAME_CHARS):
+            raise UserInputError("--study-name", study_name, f"a name of 1 to {MAX_STUDY_NAME_CHARS} characters "
+                                 "without leading or trailing spaces (leave it out for the derived name)")
         if scenario is None and not study_name:
             raise UserInputError("--study-name", study_name, "the name of an existing study when no scenario is given")
         self.study_name = study_name or \

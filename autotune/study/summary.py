@@ -60,7 +60,7 @@ def summarise(study, base: dict, tracker, run, elapsed_s: float, ran: int) -> di
         "n_trials": sum(s.is_finished() for s in states), "n_trials_this_run": ran,
         "n_failed": sum(s == optuna.trial.TrialState.FAIL for s in states),
         "n_infeasible": sum(1 for t in study.get_trials(deepcopy=False)
-                            if t.user_attrs.get("feasible") is False),
+                            if t.user_attrs.get("feasible") is False and not t.user_attrs.get("failed")),
         "failures_by_kind": failure_kinds(study.get_trials(deepcopy=False)),
         "mlflow_run_id": tracker.parent_id if tracker else None,
         "tracking_errors": tracker.errors if tracker else [],

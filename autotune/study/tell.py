@@ -49,6 +49,8 @@ class Recorder:
         call = self.calls
         call(trial.set_user_attr, "breakdown", m.breakdown)
         call(trial.set_user_attr, "feasible", bool(m.feasible))
+        if m.failed:                 # not a configuration that ran out of memory: the run itself failed
+            call(trial.set_user_attr, "failed", True)
         figures = {k: float(v) for k, v in m.extra.items()
                    if (k in TRIAL_FIGURES or k.startswith(TIER_FIGURE_PREFIX))
                    and isinstance(v, (int, float)) and math.isfinite(float(v))}
