@@ -317,7 +317,8 @@ def compare(strategies, budget, seeds, out_dir, seed_baselines, params_file, tra
         if s not in STRATEGY_NAMES or names.count(s) > 1:
             raise UserInputError("--strategies", s, "each once, among " + ", ".join(STRATEGY_NAMES))
     if no_tracking and tracking_uri is not None:
-        raise UserInputError("--tracking-uri", tracking_uri, "not with --no-tracking (nothing is logged to MLflow)")
+        from .masking import mask_uri
+        raise UserInputError("--tracking-uri", mask_uri(tracking_uri), "not with --no-tracking (nothing is logged)")
     scen = _scenario(kw)
     data = run_compare(scen, names, budget, seeds, out_dir,
                        tracking_uri=None if no_tracking else tracking_uri, track=not no_tracking,

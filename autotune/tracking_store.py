@@ -14,12 +14,19 @@ DB_CONNECT_TIMEOUT_s = 5
 """How long a tracking database may take to accept a connection before the URI is refused."""
 
 
+def tracking_option(uri: str) -> str:
+    """The option to name in an error about ``uri``: the environment variable where it came from there."""
+    import os
+    return "--tracking-uri ($MLFLOW_TRACKING_URI)" if (os.environ.get("MLFLOW_TRACKING_URI") or "").strip() == uri \
+        else "--tracking-uri"
+
+
 def probe_tracking_db(uri: str) -> None:
     """Fail fast, in one line, where MLflow would hang or print a traceback: a SQLite file that is
     a folder, in a missing folder, or not a healthy database (sqlitecheck), and a database server
     that does not accept a connection within DB_CONNECT_TIMEOUT_s (MLflow retries for minutes)."""
     from .sqlitecheck import check_sqlite_url
-    check_sqlite_url(uri, "--tracking-uri", empty_ok=True)
+    check_sqlite_url(uri, tracking_option(uri), empty_ok=True)
     scheme = uri.split(":", 1)[0].split("+", 1)[0].lower()
     if scheme not in _DB_SCHEMES or scheme == "sqlite":
         return
@@ -35,7 +42,7 @@ def probe_tracking_db(uri: str) -> None:
         finally:
             engine.dispose()
     except Exception as e:  # noqa: BLE001 - unreachable, refused, unknown driver, bad credentials
-        raise UserInputError("--tracking-uri", mask_uri(uri), f"a reachable MLflow database ({type(e).__name__})") \
+        raise UserInputError(tracking_option(uri), mask_uri(uri), f"a reachable MLflow database ({type(e).__name__})") \
             from None
 
 
@@ -118,7 +125,7 @@ def one_line_errors(uri: str):
     try:
         yield
     except Exception as e:  # noqa: BLE001 - any failure to reach the tracking store
-        raise UserInputError("--tracking-uri", mask_uri(uri),
+        raise UserInputError(tracking_option(uri), mask_uri(uri),
                              f"a reachable MLflow tracking store ({type(e).__name__})") from None
 
 

@@ -77,6 +77,7 @@ def _lazy(module: str, cls: str, name: str, extra: str | None = None):
             from ..extras import require
             require(extra, "--backend", name)
         return getattr(importlib.import_module(module, __package__), cls)(**options)
+    make.backend_class = lambda: getattr(__import__("importlib").import_module(module, __package__), cls)
     return make
 
 
@@ -101,8 +102,14 @@ def get_backend(name: str, **options) -> Backend:
     try:
         backend = target(**options)
     except TypeError as e:
+        import inspect
+        try:
+            params = inspect.signature(getattr(target, "backend_class", lambda: target)()).parameters.values()
+            takes = ", ".join(p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)) or "none"
+        except (TypeError, ValueError):        # a plugin whose signature cannot be read: its own words
+            takes = str(e)
         raise UserInputError("--backend-option", ",".join(options) or "(none)",
-                             f"options that backend {name!r} accepts ({e})") from None
+                             f"options of backend {name!r}: {takes}") from None
     if not hasattr(backend, "measure"):
         raise UserInputError("--backend", name, "a backend with a measure(scenario, config) method")
     return backend

@@ -15,7 +15,8 @@ from ..strategies.registry import NAMES as STRATEGY_NAMES
 from ..strategies.registry import make_strategy
 from ..tracking import default_tracking_uri, mask_uri
 from .spec import (INFEASIBLE_MODES, SCENARIO_OPTIONS, StudyConflict, StudySpec, check_objectives, check_options,
-                   describe_scenario, same_value, stored_fields, stored_option, stored_scenario)
+                   describe_scenario, same_value, scenario_differences, stored_fields, stored_option,
+                   stored_scenario)
 
 MAX_TRIALS = 10_000_000
 
@@ -95,9 +96,10 @@ def check_against(given: dict, stored: dict, name: str, before_backend: bool, gi
                 old = stored_scenario(stored_attrs or {}, name)
             except (KeyError, TypeError, UserInputError, pydantic.ValidationError):
                 old = None
+            diff = scenario_differences(old, given_scenario)
             raise StudyConflict(SCENARIO_OPTIONS, "scenario", name, describe_scenario(old, stored["scenario_key"]),
-                                describe_scenario(given_scenario, given["scenario_key"]),
-                                leave_out="the scenario options")
+                                describe_scenario(given_scenario, given["scenario_key"])
+                                + (f", differing in {diff}" if diff else ""), leave_out="the scenario options")
         for k, flag, what in (("strategy", "--strategy", "strategy"), ("infeasible", "--infeasible", "infeasible mode"),
                               ("experiment", "--experiment-name", "MLflow experiment"),
                               ("categorical_unordered", "categorical_unordered", "encoding of unordered knobs")):

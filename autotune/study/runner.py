@@ -44,9 +44,6 @@ class StudyRunner:
         self.seed, self.join, self.track, self.progress = int(seed), join, track, progress
         self.storage_url, self.trial_timeout_s, self.seed_baselines = storage or DEFAULT_STORAGE, trial_timeout_s, \
             seed_baselines
-        for option, value in (("--tracking-uri", tracking_uri), ("--experiment-name", experiment)):
-            if value is not None and not track:
-                raise UserInputError(option, value, "not with --no-tracking (nothing is logged to MLflow)")
         if experiment is not None and not str(experiment).strip():
             raise UserInputError("--experiment-name", experiment, "a non-empty MLflow experiment name")
         given = check_given(Given(scenario, strategy, objectives, infeasible, backend, backend_options,

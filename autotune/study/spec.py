@@ -164,6 +164,27 @@ def describe_scenario(s: Scenario | None, key: str) -> str:
     return f"{s.model.name} x {s.cluster.name}, {s.n_gpus} GPUs (key {key})"
 
 
+def scenario_differences(old: Scenario | None, new: Scenario | None, n: int = 3) -> str:
+    """The first ``n`` fields in which two scenarios differ, "model.n_layers 4 -> 8", for a refusal
+    that says what changed; empty where either is unknown or none differs."""
+    if old is None or new is None:
+        return ""
+
+    def flat(d, prefix=""):
+        if isinstance(d, dict):
+            for k, v in d.items():
+                yield from flat(v, f"{prefix}{k}.")
+        elif isinstance(d, (list, tuple)):
+            for i, v in enumerate(d):
+                yield from flat(v, f"{prefix}{i}.")
+        else:
+            yield prefix[:-1], d
+    a, b = dict(flat(old.model_dump(mode="json"))), dict(flat(new.model_dump(mode="json")))
+    diffs = [f"{k} {a.get(k, '(none)')} -> {b.get(k, '(none)')}" for k in list(a) + [k for k in b if k not in a]
+             if a.get(k) != b.get(k)]
+    return ", ".join(diffs[:n]) + (f" (+{len(diffs) - n} more)" if len(diffs) > n else "")
+
+
 def check_objectives(objectives) -> tuple:
     objectives = tuple(objectives)
     bad = [o for o in objectives if o not in OBJECTIVES]
