@@ -121,7 +121,8 @@ def _header(scen) -> dict:
 
 def _print_header(d: dict) -> None:
     s = d["scenario"]
-    click.echo(f"scenario: {s['model']} x {s['cluster']}: {s['gpus']:,} GPUs in {s['buildings']} buildings, "
+    plural = "s" if s["buildings"] != 1 else ""
+    click.echo(f"scenario: {s['model']} x {s['cluster']}: {s['gpus']:,} GPUs in {s['buildings']} building{plural}, "
                f"batch {s['global_batch_seqs']} x {s['seq_len']} tokens, {s['precision']}")
     for line in d.get("network", []):
         click.echo(f"  {line}")

@@ -31,6 +31,10 @@ def from_pydantic(exc, prefix: str = "") -> UserInputError:
     if isinstance(value, dict):
         value = "{...}"
     msg = err.get("msg", "invalid")
+    orig = (err.get("ctx") or {}).get("error")
+    if isinstance(orig, UserInputError):      # a validator's own one-line error: kept, not wrapped twice
+        return UserInputError(field if loc else ".".join(p for p in (prefix, orig.field) if p), orig.value,
+                              orig.allowed)
     if err.get("type") == "value_error":      # a validator's own message: pydantic prefixes "Value error, "
         msg = msg.removeprefix("Value error, ")
     if err.get("type") == "extra_forbidden":

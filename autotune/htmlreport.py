@@ -51,7 +51,8 @@ def _scenario_part(scen) -> str:
     s = scen.summary()
     lines = "".join(f"<li><code>{html.escape(x)}</code></li>" for x in scen.network_lines())
     return (f"<h2>Scenario</h2><p>{html.escape(s['model'])} x {html.escape(s['cluster'])}: {s['gpus']:,} GPUs in "
-            f"{s['buildings']} buildings, batch {s['global_batch_seqs']} x {s['seq_len']} tokens</p><ul>{lines}</ul>")
+            f"{s['buildings']} building{'s' if s['buildings'] != 1 else ''}, batch {s['global_batch_seqs']} x "
+            f"{s['seq_len']} tokens</p><ul>{lines}</ul>")
 
 
 def explain_parts(scen, data: dict, params=None) -> list[str]:

@@ -107,3 +107,19 @@ def test_a_preset_replacing_a_scenario_files_section_is_said(tmp_path, capsys):
     assert "--model llama3-8b replaces the model section" in capsys.readouterr().err
     build_scenario(model="llama3-70b", scenario_file=str(f))
     assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize("sets, field, allowed", [
+    (["cluster.buildings.0.gpu=nope"], "cluster.buildings.0.gpu", "one of a100-80gb"),
+    (["cluster.buildings.0.gpu=a100-80gb", "workload.precision=fp8"], "workload.precision", "has no fp8"),
+    (["model=llama3-70b"], "--set model", "--model llama3-70b"),
+    (["model.n_layers=010", "model.n_layers=true"], "--set model.n_layers", "true/false are not numbers"),
+])
+def test_set_mistakes_say_field_and_rule_once(sets, field, allowed):
+    with pytest.raises(UserInputError) as e:
+        build_scenario(model="llama3-8b", cluster="campus-5bldg", overrides=sets)
+    assert e.value.field == field and allowed in e.value.allowed and "got" not in e.value.allowed, str(e.value)
+
+
+def test_set_reads_decimal_integers_as_written():
+    assert build_scenario(model="llama3-8b", cluster="campus-5bldg", overrides=["model.n_layers=010"]).model.n_layers == 10

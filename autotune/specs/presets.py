@@ -196,6 +196,9 @@ def build_scenario(model=None, cluster=None, gpus=None, global_batch=None, seq_l
     for key, val in parse_overrides(overrides):
         if key.split(".")[0] not in ("model", "workload", "cluster"):
             raise UserInputError("--set", key, "a key starting with model., workload. or cluster.")
+        if key in ("model", "cluster", "workload") and not isinstance(val, dict):
+            raise UserInputError(f"--set {key}", val, f"a mapping of {key} fields, e.g. {key}={{...}}"
+                                 + (f" (a preset: --{key} {val})" if key != "workload" else ""))
         cur = _current(tree, key)
         if isinstance(val, bool) and isinstance(cur, (int, float)) and not isinstance(cur, bool):
             raise UserInputError(f"--set {key}", val, f"a number (it is {cur}); true/false are not numbers")

@@ -36,7 +36,9 @@ class Scenario(BaseModel):
         if self.workload.precision == "fp8":
             for i, b in enumerate(self.cluster.buildings):
                 if not b.gpu.peak_flops_fp8:
-                    raise ValueError(f"workload.precision 'fp8' is not supported by buildings.{i}.gpu ({b.gpu.name})")
+                    from ..errors import UserInputError
+                    raise UserInputError("workload.precision", "fp8", f"a precision every building's GPU runs "
+                                         f"(cluster.buildings.{i}.gpu {b.gpu.name} has no fp8: bf16, fp16)")
         bad = module_misfit(self.workload.recompute_modules, self.model)
         if bad:
             raise ValueError(f"workload.recompute_modules {bad}")
