@@ -24,8 +24,9 @@ class _StrictInt(click.ParamType):
         if isinstance(value, int) and not isinstance(value, bool):
             return value
         text = str(value).strip()
-        if not re.fullmatch(r"[+-]?[0-9]+", text, flags=re.ASCII):
-            self.fail(f"got {_short(value)!r}; allowed: an integer written with the digits 0-9", param, ctx)
+        if not re.fullmatch(r"[+-]?[0-9]{1,30}", text, flags=re.ASCII):   # int() refuses past 4,300 digits
+            self.fail(f"got {_short(value)!r}; allowed: an integer written with the digits 0-9 (at most 30)",
+                      param, ctx)
         return int(text)
 
 

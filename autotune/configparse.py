@@ -11,7 +11,7 @@ from .errors import UserInputError, from_pydantic
 from .specs.config import CATEGORICAL, FIELDS, INTEGER, MAX_DEGREE, Config
 from .yamlsafe import load_text, read_file
 
-_DIGITS = re.compile(r"-?[0-9]+")
+_DIGITS = re.compile(r"-?[0-9]{1,30}")      # int() refuses past 4,300 digits
 FLAGS = ("overlap_dp",)
 """Integer fields that are switches (0 off, 1 on): their error says so."""
 

@@ -36,9 +36,15 @@ _YAML11_NUMBER = re.compile(r"[+-]?(0[0-7]+|0[xob][0-9a-fA-F_]+|[0-9][0-9_]*_[0-
 underscores (1_6 is 16), sexagesimal (1:30 is 90)."""
 
 
+MAX_SET_DIGITS = 30
+"""Longest integer a --set value may be: far beyond any field's bound, far below int()'s limit."""
+
+
 def _parse_scalar(text: str, key: str = ""):
     """One --set value: a decimal integer as written (010 is 10, as in --config), else YAML."""
     if _DECIMAL.fullmatch(text):
+        if len(text) > MAX_SET_DIGITS:     # int() refuses past 4,300 digits with a ValueError
+            raise UserInputError(f"--set {key}".strip(), text, f"an integer of at most {MAX_SET_DIGITS} digits")
         return int(text, 10)
     if _YAML11_NUMBER.fullmatch(text):
         raise UserInputError(f"--set {key}".strip(), text, "a number written with the digits 0-9 (no "
