@@ -52,11 +52,10 @@ def search(top_k, out_dir, space_name, workers, robust, robust_samples, robust_o
     if top_k > space.legal_count():
         raise UserInputError("--top", top_k, f"at most the legal count of this space ({space.legal_count():,})")
     ranges = None
-    for name, option in (("robust_samples", "--robust-samples"), ("robust_objective", "--robust-objective"),
-                         ("robust_seed", "--robust-seed")):
+    for name, value in (("robust_samples", robust_samples), ("robust_objective", robust_objective),
+                        ("robust_seed", robust_seed)):
         if given(name) and not robust:
-            raise UserInputError(option, {"robust_samples": robust_samples, "robust_objective": robust_objective,
-                                          "robust_seed": robust_seed}[name], "only with --robust (it shapes the robust search)")
+            raise UserInputError("--" + name.replace("_", "-"), value, "only with --robust (it shapes the robust search)")
     if robust:
         from .robust import parse_ranges
         if not 2 <= robust_samples <= MAX_ROBUST_SAMPLES:

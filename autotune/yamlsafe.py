@@ -91,3 +91,14 @@ def read_file(path: str | Path, field: str) -> str:
         return raw.decode("utf-8")
     except UnicodeDecodeError:
         raise UserInputError(field, str(path), "a UTF-8 text file") from None
+
+
+def load_file(path: str | Path, field: str):
+    """A user's YAML file read and parsed within the limits; malformed YAML is a UserInputError
+    naming ``field``, the path and the line (``--scenario``, ``--params``)."""
+    try:
+        return load_text(read_file(path, field), field, str(path))
+    except yaml.YAMLError as e:
+        line = getattr(getattr(e, "problem_mark", None), "line", None)
+        where = f" (line {line + 1})" if line is not None else ""
+        raise UserInputError(field, str(path), f"valid YAML{where}") from None

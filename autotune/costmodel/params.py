@@ -167,16 +167,9 @@ def load_params_file(path: str) -> CostParams:
     for both) uses that curve for both. One-line UserInputError otherwise."""
     import math
 
-    import yaml
-
     from ..errors import UserInputError
-    from ..yamlsafe import load_text, read_file
-    try:
-        data = load_text(read_file(path, "--params"), "--params", path)
-    except yaml.YAMLError as e:
-        line = getattr(getattr(e, "problem_mark", None), "line", None)
-        where = f" (line {line + 1})" if line is not None else ""
-        raise UserInputError("--params", path, f"valid YAML{where}") from None
+    from ..yamlsafe import load_file
+    data = load_file(path, "--params")
     if isinstance(data, dict) and isinstance(data.get("params"), dict):
         data = data["params"]
     if not isinstance(data, dict) or not data:

@@ -12,7 +12,7 @@ import yaml
 from pydantic import ValidationError
 
 from ..errors import UserInputError, from_pydantic
-from ..yamlsafe import load_text, read_file
+from ..yamlsafe import load_file, load_text
 
 from .preset_tables import KINDS, _KIND_ALIASES, preset_dict, preset_names  # noqa: F401 - public here too
 
@@ -156,13 +156,7 @@ def _missing_section(exc: ValidationError, created: list[str], tree: dict) -> Us
 
 
 def read_scenario_file(path: str | Path) -> dict:
-    text = read_file(path, "--scenario")
-    try:
-        data = load_text(text, "--scenario", str(path))
-    except yaml.YAMLError as e:
-        line = getattr(getattr(e, "problem_mark", None), "line", None)
-        where = f" (line {line + 1})" if line is not None else ""
-        raise UserInputError("--scenario", str(path), f"valid YAML{where}") from None
+    data = load_file(path, "--scenario")
     if not isinstance(data, dict):
         raise UserInputError("--scenario", str(path), "a YAML mapping with keys model, workload, cluster")
     return data
