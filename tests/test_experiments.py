@@ -53,3 +53,10 @@ def test_guided_replay_runs_on_the_stored_table(tmp_path):
     for name, s in js["strategies"].items():
         assert all(len(c) == 12 for c in s["curves"]), name
     assert js["strategies"]["guided (batch 3)"]["runs_to_found"][0] is not None
+
+
+def test_flops_convention_sensitivity_prints_both_ways():
+    r = subprocess.run([sys.executable, str(ROOT / "experiments" / "flops_convention_sensitivity.py"), "--rows",
+                        "282-283"], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "median APE of these rows:" in r.stdout and "with 'model causal'" in r.stdout
