@@ -27,7 +27,7 @@ import numpy as np
 
 from .costmodel import constants as C
 from .costmodel.kernels import (attention_core_fwd_time_s, expert_block_time_s, gemm_out_weight, gemm_time_s,
-                                memory_bound_time_s, split_gemm_ratio)
+                                memory_bound_time_s, moe_unpermute_time_s, split_gemm_ratio)
 from .costmodel.params import CostParams, default_params
 from .errors import UserInputError
 from .validation.columns import map_gpu, one_line
@@ -192,13 +192,18 @@ def _layer_fwd_parts(r: dict, g: Gpu, p: CostParams) -> tuple[float, float, floa
     E, El, k = (_num(r, c) for c in ("experts", "local_experts", "topk"))
     peak, ridge = g.bf16(p), g.ridge
     lin = gemm_time_s(S, h, (heads + 2 * kv) * hd, peak, ridge, p) + gemm_time_s(S, heads * hd, h, peak, ridge, p)
+    perm = 0.0
     if E > 0:
         lin += expert_block_time_s(S * k / E, h, ffn, SWIGLU_MATS, El, peak, ridge, p)
         lin += 2.0 * S * h * E / (peak * p.gemm_efficiency_max)
+        # the local experts' S k El / E routed copies: index_select in, index_add_ back (and the
+        # same two kernels swapped in the backward)
+        local = S * k * El / E * h
+        perm = moe_unpermute_time_s(local, g.hbm_Bps, False) + moe_unpermute_time_s(local, g.hbm_Bps, True)
     else:
         lin += gemm_time_s(S, h, 2 * ffn, peak, ridge, p) + gemm_time_s(S, ffn, h, peak, ridge, p)
     core = attention_core_fwd_time_s(S, C.CAUSAL_ATTENTION_WORK_FRACTION * S, 2 * heads * hd, peak, p, hd, S)
-    elem = memory_bound_time_s(C.ELEMENTWISE_TRAFFIC_BYTES_PER_TOKEN_HIDDEN * S * h, g.hbm_Bps)
+    elem = memory_bound_time_s(C.ELEMENTWISE_TRAFFIC_BYTES_PER_TOKEN_HIDDEN * S * h, g.hbm_Bps) + perm
     return lin, core, elem
 
 
@@ -236,9 +241,10 @@ def predict_s(r: dict, g: Gpu, p: CostParams) -> float | None:
                                         _num(r, "head_dim"), S)
         return fwd if kind == "attn_fwd" else (1.0 + p.attention_backward_time_ratio) * fwd
     if kind in ("moe_permute", "moe_unpermute"):
-        # half of MOE_PERMUTE_TRAFFIC_BYTES_PER_ROUTED_ELEMENT each: read + write every routed copy
-        return memory_bound_time_s(C.MOE_PERMUTE_TRAFFIC_BYTES_PER_ROUTED_ELEMENT / 2 * _num(r, "tokens") * _num(r, "topk")
-                                   * _num(r, "K"), g.hbm_Bps)
+        # the permutation: half of MOE_PERMUTE_TRAFFIC_BYTES_PER_ROUTED_ELEMENT (read + write every
+        # routed copy); the un-permutation as measured, eager index_add_ (an atomic scatter-add)
+        elems = _num(r, "tokens") * _num(r, "topk") * _num(r, "K")
+        return moe_unpermute_time_s(elems, g.hbm_Bps, kind == "moe_unpermute")
     if kind == "rmsnorm_fwd":
         # two reads (sum of squares, scaling) and one write of every element
         return memory_bound_time_s(C.RMSNORM_TRAFFIC_BYTES_PER_ELEMENT * _num(r, "tokens") * _num(r, "K"), g.hbm_Bps)

@@ -44,6 +44,8 @@ SCENARIOS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     # TP comm overlap's pieces (kernels.te_pieces) with the head's stage lighter (pipeline_layout ends;
     # eighteenth session)
     ("llama3-70b", "metro-2bldg", ("workload.tp_comm_overlap=true", "workload.pipeline_layout=ends")),
+    # an eager (pytorch-class) MoE: torchtitan's atomic scatter-add un-permutation (twenty-fifth session)
+    ("deepseek-v3", "campus-5bldg", ("workload.framework=pytorch",)),
 )
 
 OUTPUTS = ("iteration_time_s", "memory_per_gpu_bytes", "memory_deficit_bytes", "feasible", "mfu",

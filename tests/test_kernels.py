@@ -305,3 +305,49 @@ def test_selective_recomputation_reruns_the_mlp_as_the_forward_ran_it():
         a, b = (compute_terms(scenario_consts(s, p), p, 1.0, 1.0, 8.0, 1.0, 0.0, xp) for s in (base, mlp))
         assert float(b.rc_dense - a.rc_dense) == pytest.approx(float(b.mlp_dense_split), rel=1e-12)
         assert (float(b.mlp_dense_split) > float(b.mlp_dense)) == (overlap == "true")
+
+
+@pytest.mark.parametrize("model", ["mixtral-8x7b", "deepseek-v3"])
+@pytest.mark.parametrize("tp,ep,et,split", [(2.0, 4.0, 1.0, True), (2.0, 4.0, 2.0, False), (2.0, 1.0, 1.0, False),
+                                             (1.0, 8.0, 1.0, True)])
+def test_eager_frameworks_unpermute_by_atomic_scatter_add(model, tp, ep, et, split):
+    """The pytorch class (torchtitan's ``out.scatter_add``, whose gather's gradient is a scatter-add
+    too) pays the atomic rate per routed element it combines instead of the fused kernel's 4 B at
+    the streaming rate: its tp-th share under EP with etp 1 (torchtitan's sequence-parallel
+    reorderer), every routed copy of the micro-batch otherwise (the MoE input is replicated over
+    TP). Megatron's and the other classes' MoE layers, a de-duplicating dispatcher's (DeepEP
+    combines), and every dense term are unchanged; the field overrides the class."""
+    from autotune.costmodel import constants as C
+    from autotune.costmodel.kernels import memory_bound_time_s
+    from autotune.costmodel.scenario_consts import scenario_consts
+    from autotune.costmodel.terms import compute_terms
+    from autotune.costmodel.xp import NUMPY as xp
+    p = default_params()
+    terms = {}
+    for name, over in (("megatron", ["workload.framework=megatron"]), ("pytorch", ["workload.framework=pytorch"]),
+                       ("deepspeed", ["workload.framework=deepspeed"]),
+                       ("dedup", ["workload.framework=pytorch", "workload.ep_token_dedup=true"]),
+                       ("asked", ["workload.framework=megatron", "workload.moe_unpermute=scatter_add"])):
+        k = scenario_consts(build_scenario(model, "metro-2bldg", overrides=over), p)
+        assert k.scatter_unpermute == (name in ("pytorch", "asked")), name
+        terms[name] = (k, compute_terms(k, p, 2.0, 1.0, tp, ep, et, xp))
+    (k, fused), (_, eager) = terms["megatron"], terms["pytorch"]
+    first = 2.0 * k.seq * k.top_k * k.h / tp           # mb s top_k h / tp: the fused kernel's share
+    combined = first if split else first * tp
+    extra = combined / C.SCATTER_ADD_BF16_ELEMENTS_PER_S - memory_bound_time_s(4.0 * first, k.hbm_Bps)
+    assert extra > 0
+    assert float(eager.moe_permute - fused.moe_permute) == pytest.approx(extra, rel=1e-9)
+    assert float(terms["asked"][1].moe_permute) == pytest.approx(float(eager.moe_permute), rel=1e-12)
+    for other in ("deepspeed", "dedup"):
+        assert float(terms[other][1].moe_permute) == float(fused.moe_permute), other
+    for name in ("attn_lin", "mlp_dense", "moe_lin", "core", "elem", "head"):
+        assert float(getattr(eager, name)) == float(getattr(fused, name)), name
+
+
+def test_unpermute_kernels_run_at_the_atomic_rate_on_both_devices(run_cli):
+    """The eager index_add_ un-permutation: the constant comes from the H100's six cases, the H200's
+    (1.4x the HBM bandwidth, never fit on) run at the same atomic rate, within 10%."""
+    for data in ("h100", "h200"):
+        d = json.loads(run_cli("kernels", "--data", data, "--json").stdout)["shipped"]["by_kind"]
+        assert d["moe_unpermute"]["median_abs_err_pct"] <= 10.0, (data, d["moe_unpermute"])
+        assert d["moe_permute"]["median_abs_err_pct"] <= 10.0, (data, d["moe_permute"])

@@ -155,6 +155,14 @@ MOE_PERMUTE_TRAFFIC_BYTES_PER_ROUTED_ELEMENT = 8.0
 back, weighted sum): each reads and writes every routed element once, 2 + 2 B in bf16, so 8 B
 per routed token per hidden unit per MoE layer pass. Memory-bound: the H100 measurements
 (``autotune/data/h100``, kind moe_permute) run it at ~3.1 TB/s, about the HBM rate."""
+SCATTER_ADD_BF16_ELEMENTS_PER_S = 1.24e11
+"""bf16 elements a second that eager PyTorch's atomic scatter-add (``index_add_``, ``scatter_add``)
+adds into its destination on Hopper: the median of the six H100 cases of kind moe_unpermute
+(``autotune/data/h100``: 16k-8k tokens, top-2 and top-8, hidden 4-16k; 0.70-0.79 TB/s counted as
+6 B an element: read the source, read and write the destination), 744 GB/s / 6 B. Atomic-bound,
+not HBM-bound: the H200, never fit on, runs the same cases at 0.72-0.82 TB/s with 1.4x the HBM
+bandwidth. Taken as is for every GPU (measured on Hopper only). Used where the MoE layer
+un-permutes that way (``WorkloadSpec.moe_unpermute``)."""
 CROSS_ENTROPY_FWD_TRAFFIC_BYTES_PER_LOGIT = 38.0
 CROSS_ENTROPY_BWD_TRAFFIC_BYTES_PER_LOGIT = 14.0
 """The loss over the head's logits, memory-bound passes per logit on the head's rank (each rank

@@ -131,3 +131,17 @@ def memory_bound_time_s(bytes_moved, hbm_Bps: float):
     """Seconds of a memory-bound kernel that reads and writes ``bytes_moved`` at the rate a streaming
     kernel sustains: the datasheet ``hbm_Bps`` x ``HBM_ACHIEVED_FRACTION`` (the H100's measured copy)."""
     return bytes_moved / (hbm_Bps * C.HBM_ACHIEVED_FRACTION)
+
+
+def moe_unpermute_time_s(routed_elems, hbm_Bps: float, scatter_add: bool):
+    """Seconds to un-permute ``routed_elems`` routed bf16 elements back into token order: a fused
+    kernel (Megatron-Core's ``moe_unpermute``) reads and writes each once at the streaming rate
+    (half of ``MOE_PERMUTE_TRAFFIC_BYTES_PER_ROUTED_ELEMENT``); eager PyTorch's atomic
+    scatter-add (``scatter_add_``, ``index_add_``: ``scatter_add`` true) reads the source and
+    reads and writes the destination (6 B) and is bound by the atomics' rate
+    (``SCATTER_ADD_BF16_ELEMENTS_PER_S``), whichever is slower."""
+    fused = memory_bound_time_s(C.MOE_PERMUTE_TRAFFIC_BYTES_PER_ROUTED_ELEMENT / 2 * routed_elems, hbm_Bps)
+    if not scatter_add:
+        return fused
+    return routed_elems * max(1.0 / C.SCATTER_ADD_BF16_ELEMENTS_PER_S,
+                              memory_bound_time_s(3 * C.ACTIVATION_BYTES, hbm_Bps))

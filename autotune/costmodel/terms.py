@@ -114,7 +114,7 @@ def compute_terms(k: ScenarioConsts, p: CostParams, mb, cp, tp, ep, et, xp) -> C
     experts / ep local experts, each at ffn_e / et width: the FLOPs per rank do not depend on
     et, the GEMM shapes do (et = tp: Megatron-Core without folding)."""
     from .kernels import (attention_core_fwd_time_s, expert_block_time_s, gemm_time_s, memory_bound_time_s,
-                          split_gemm_ratio, te_pieces)
+                          moe_unpermute_time_s, split_gemm_ratio, te_pieces)
     tok = mb * k.seq / cp
 
     def gemm_time(M, K, N):
@@ -160,10 +160,15 @@ def compute_terms(k: ScenarioConsts, p: CostParams, mb, cp, tp, ep, et, xp) -> C
             moe_einsum = gemm_time_s(tok * k.einsum_cols, tok, k.h, k.peak_bf16, k.ridge, p)
             moe_lin = moe_lin + 2.0 * moe_einsum
         else:
-            # permute before dispatch (tok / tp tokens per rank under SP) and sort by local expert
-            # after it and the experts' TP gather (tok et / tp tokens), un-permute both on the way back
+            # permute before dispatch (tok / tp a rank under SP), sort by local expert after the experts'
+            # TP gather (tok et / tp), un-permute both on the way back (eager: k.scatter_unpermute)
+            first = tok * k.top_k * k.h / tp
             routed_elems = tok * k.top_k * k.h * (1.0 + et * load) / tp
             moe_permute = memory_bound_time_s(C.MOE_PERMUTE_TRAFFIC_BYTES_PER_ROUTED_ELEMENT * routed_elems, k.hbm_Bps)
+            if k.scatter_unpermute:    # torchtitan splits tokens over TP only under EP with etp 1
+                whole = xp.where((ep > 1) & (et == 1), first, first * tp)
+                moe_permute = moe_permute + (moe_unpermute_time_s(whole, k.hbm_Bps, True)
+                                             - moe_unpermute_time_s(first, k.hbm_Bps, False))
         # moe_act re-runs the activation on each routed copy this rank's experts hold: it reads fc1's
         # output ((mlp_mats - 1) ffn_e / et) and writes ffn_e / et, bf16
         act_elems = tok * k.top_k * load * et / tp * k.mlp_mats * k.ffn_e / et
@@ -189,7 +194,6 @@ def compute_terms(k: ScenarioConsts, p: CostParams, mb, cp, tp, ep, et, xp) -> C
                                moe_act * ("moe_act" in mods) + shared * ("shared_experts" in mods))
     return ComputeTerms(attn_lin, mlp_dense, moe_lin, core, elem, moe_permute, head, attn_split, mlp_split,
                         attn_split_b, mlp_split_b, loss_f, loss_b, rc_dense, rc_moe, moe_einsum)
-
 
 
 def layers_on_rank(k: ScenarioConsts, pp, v, v_style, xp):

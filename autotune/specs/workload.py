@@ -14,6 +14,19 @@ than torchtitan (whose ``generate_llm_fqn_per_model_part`` counts the embedding 
 layer each: ends), so it keeps even unless ``pipeline_layout`` says otherwise."""
 
 
+FRAMEWORK_MOE_UNPERMUTE = {"pytorch": "scatter_add"}
+"""Each framework class's MoE un-permutation where it is not a fused kernel
+(``WorkloadSpec.resolved_moe_unpermute``): torchtitan's ``MoE.forward`` (torchtitan/models/moe.py)
+combines the experts' outputs with ``out.scatter_add(dim=0, index=token_indices_experts_sorted, ...)``
+after a ``torch.gather`` permutation whose gradient is a scatter-add too, so forward and backward
+each run one. The rate is the atomic kernel's as measured (``autotune/data/h100``, index_add_).
+torchtitan replaced it by a batched matmul over the top-k outputs from 2025-10-31 (PR 1974) until
+2026-04-01 (PR 2775, which brought scatter_add back with ``torch.use_deterministic_algorithms``,
+whose scatter-add is a sort-based kernel this project has not measured): a run of the versions
+between is ``moe_unpermute: fused``, and a deterministic one is charged the atomic rate, an
+assumption."""
+
+
 FRAMEWORK_GRAD_REDUCE = {"megatron": "buffer", "nanotron": "buffer"}
 """Each framework class's gradient-reduction dtype where it is not the 16-bit working dtype
 (``WorkloadSpec.resolved_grad_reduce_dtype``): buffer = the gradient buffer's dtype (grad_dtype).
@@ -128,6 +141,12 @@ class WorkloadSpec(BaseModel):
                                       "experts x c capacity slots, two s x (e c) x hidden GEMMs a layer forward and "
                                       "three backward, and the masks kept for the backward; otherwise the tokens are "
                                       "permuted (Megatron-Core, memory-bound)")
+    moe_unpermute: Literal["fused", "scatter_add"] | None = Field(
+        default=None, description="how the MoE layer puts the experts' outputs back in token order: fused = a "
+        "streaming kernel (Megatron-Core's moe_unpermute, DeepEP's combine, MegaBlocks' scatter); scatter_add = "
+        "eager PyTorch's atomic scatter-add (torchtitan's MoE.forward; the gradient of its gather is one too), "
+        "at the atomics' rate. Default (None): the framework class's own (FRAMEWORK_MOE_UNPERMUTE: "
+        "pytorch scatter_add, the rest fused), fused under ep_token_dedup")
     flash_attention: bool = Field(default=True, description="fused attention (FlashAttention): causal "
                                   "blocks skipped, no s^2 scores stored or streamed through HBM")
     attention_kernel: Literal["native", "fa2"] = Field(
@@ -281,6 +300,14 @@ class WorkloadSpec(BaseModel):
         if self.framework == "megatron" and self.grad_reduce_dtype is None and self.precision != "fp32":
             return "bf16"
         return self.resolved_grad_reduce_dtype
+
+    @property
+    def resolved_moe_unpermute(self) -> str:
+        """``moe_unpermute``, or the framework class's own (``FRAMEWORK_MOE_UNPERMUTE``) where no
+        de-duplicating dispatcher combines the tokens (ep_token_dedup: DeepEP's combine sums them)."""
+        if self.moe_unpermute is not None:
+            return self.moe_unpermute
+        return "fused" if self.ep_token_dedup else FRAMEWORK_MOE_UNPERMUTE.get(self.framework, "fused")
 
     @property
     def resolved_pipeline_layout(self) -> str:
