@@ -41,6 +41,7 @@ def test_startup_option_errors():
         make_strategy("tpe", batch=3)
 
 
+@pytest.mark.slow      # kept out of the 10-minute default run; CI's slow suite runs it (13 s)
 def test_unseen_points_are_outside_the_presets_and_the_training_grid():
     import numpy as np
     pts = DesignPointSet(6, "unseen", 0).points

@@ -120,7 +120,7 @@ def brute_force_by(rows, times, group, where):
 
 @pytest.mark.parametrize("group,where", [
     (("placement",), {"placement": ("dp_out", "pp_out")}),
-    (("tp", "pp"), {}),                            # many small groups: the case a loose bound fails
+    pytest.param(("tp", "pp"), {}, marks=SLOW),    # many small groups: the case a loose bound fails (17 s)
     pytest.param(("dp_flavour",), {"recompute": ("selective", "full")}, marks=SLOW),
     pytest.param(("collective",), {}, marks=SLOW),  # a transport knob: scanned in full (3 s)
     ((), {"pp_schedule": ("1f1b",)}),

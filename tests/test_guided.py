@@ -51,6 +51,7 @@ def test_batches_are_diverse(scen):
     assert all(_distance(x.model_dump(), y.model_dump()) >= DIVERSE_KNOBS for i, x in enumerate(b) for y in b[:i])
 
 
+@pytest.mark.slow      # kept out of the 10-minute default run; CI's slow suite runs it (18 s)
 def test_guided_finds_the_real_optimum_in_a_few_runs_and_resumes_as_one_process(scen, tmp_path):
     """On a backend 3x slower than the specs, guided reaches the real exact optimum within 5% in
     at most 6 runs; 4 + 4 trials in two runs propose what 8 in one run do."""

@@ -78,6 +78,7 @@ def _namespaces_or_skip():
         pytest.skip(f"emulated buildings unavailable here: {e}")
 
 
+@pytest.mark.slow      # kept out of the 10-minute default run; CI's slow suite runs it (20 s)
 def test_a_shaped_cross_building_link_slows_dp_out_by_about_what_the_model_predicts():
     """Two buildings as network namespaces, DDP across them (DP-out): shaping each building's uplink
     to 50 Mbit/s slows the step, and the slow-down is within a factor of 2.5 of the cost model's

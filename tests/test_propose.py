@@ -39,6 +39,7 @@ def test_propose_prints_the_one_shot_proposal_and_its_gap():
     assert code == 0 and d0["first"]["config_text"] == d0["policy_action"]["config_text"] == raw["config_text"]
 
 
+@pytest.mark.slow      # kept out of the 10-minute default run; CI's slow suite runs it (13 s)
 def test_ranked_proposal_beats_random_draws_of_the_same_count():
     """The policy's draws carry what it learned: ranked the same way, the same number of uniform
     random actions does worse on these generated unseen points (the experiment's control)."""

@@ -71,7 +71,7 @@ def test_four_workers_share_one_study(kind, tmp_path, request):
     storage = request.getfixturevalue("postgres").url if kind == "postgresql" else f"sqlite:///{tmp_path}/s.db"
     tracking = f"sqlite:///{tmp_path}/m.db"
     name = f"shared-{kind}-{os.getpid()}"
-    target = 80
+    target = 40           # 4 workers x 10 trials each: enough to interleave (80 took 39 s)
     r = cli("study", *SCEN, "--strategy", "random", "--trials", "1", "--storage", storage, "--study-name", name,
             "--tracking-uri", tracking, "--json")
     assert r.returncode == 0, r.stderr[-2000:]
