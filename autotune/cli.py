@@ -9,7 +9,8 @@ import click
 from .cli_calibrate import calibrate
 from .cli_common import (EXIT_SERVICE_UNAVAILABLE, EXIT_USER_ERROR, MAX_BENCH_ROWS, MAX_SEEDS, MAX_TRIALS, STRICT_FLOAT,
                          STRICT_INT, _backend_options, _emit, _header, _params, _print_evaluation, _print_header,
-                         _objectives, _print_launch, _scenario, given, params_option, scenario_options)
+                         _objectives, _print_launch, _scenario, remove_unused_out, given, params_option,
+                         scenario_options)
 from .cli_explain import explain, importance, report, sensitivity, timeline
 from .cli_propose import propose
 from .cli_search import search
@@ -223,9 +224,10 @@ def study(strategy, strategy_options, seed, out_dir, params_file, trials, until,
                          infeasible=infeasible if given("infeasible") else None,
                          objectives=_objectives(objectives) if given("objectives") else None,
                          strategy_options=_backend_options(strategy_options, "--strategy-option") or None)
+    created = None
     if out_dir is not None:
         from .launch import check_out_dir
-        check_out_dir(out_dir)
+        created = check_out_dir(out_dir)
     data = runner.run() | _header(runner.scenario)
     if out_dir is not None and data["top"]:
         from .costmodel import evaluate as evaluate_one
@@ -245,6 +247,8 @@ def study(strategy, strategy_options, seed, out_dir, params_file, trials, until,
         for f in d.get("files", []):
             click.echo(f"wrote {f}")
     _emit(data, as_json, human)
+    if data["best_config"] is None and out_dir is not None:   # a study may have none yet: not a failure
+        remove_unused_out(f"no feasible trial in this study yet ({data['n_trials']} trials)", out_dir, created)
 
 
 @cli.command()
@@ -366,7 +370,8 @@ for _command in (search, validate, kernels, memory, calibrate):                 
 def main(argv=None) -> int:
     """Entry point: user mistakes become one line on stderr and exit code 2."""
     try:
-        cli.main(args=argv, prog_name="autotune", standalone_mode=False)
+        # standalone_mode=False: click returns a click.exceptions.Exit's code (exit_without_result)
+        rv = cli.main(args=argv, prog_name="autotune", standalone_mode=False)
     except UserInputError as e:
         click.echo(f"autotune: error: {e}", err=True)
         return EXIT_USER_ERROR
@@ -385,7 +390,7 @@ def main(argv=None) -> int:
         return 130
     except click.exceptions.Exit as e:
         return e.exit_code
-    return 0
+    return rv if isinstance(rv, int) and not isinstance(rv, bool) else 0
 
 
 if __name__ == "__main__":

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from pathlib import Path
 
 import click
 
 from .errors import UserInputError
+from .numtext import MAX_INT_DIGITS, MAX_SEED, finite_float_or_none, int_or_none
 
 EXIT_USER_ERROR = 2
 EXIT_SERVICE_UNAVAILABLE = 3
+EXIT_NO_RESULT = 4   # search ran, but no configuration fits in memory (1 stays a crash's)
 
 
 class _StrictInt(click.ParamType):
@@ -23,11 +24,11 @@ class _StrictInt(click.ParamType):
     def convert(self, value, param, ctx):
         if isinstance(value, int) and not isinstance(value, bool):
             return value
-        text = str(value).strip()
-        if not re.fullmatch(r"[+-]?[0-9]{1,30}", text, flags=re.ASCII):   # int() refuses past 4,300 digits
-            self.fail(f"got {_short(value)!r}; allowed: an integer written with the digits 0-9 (at most 30)",
-                      param, ctx)
-        return int(text)
+        n = int_or_none(str(value))
+        if n is None:
+            self.fail(f"got {_short(value)!r}; allowed: an integer written with the digits 0-9 (at most "
+                      f"{MAX_INT_DIGITS})", param, ctx)
+        return n
 
 
 class _StrictFloat(click.ParamType):
@@ -37,11 +38,10 @@ class _StrictFloat(click.ParamType):
     def convert(self, value, param, ctx):
         if isinstance(value, float) and math.isfinite(value):
             return value
-        text = str(value).strip()
-        if not re.fullmatch(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?", text, flags=re.ASCII) \
-                or not math.isfinite(float(text)):
+        v = finite_float_or_none(str(value))
+        if v is None:
             self.fail(f"got {_short(value)!r}; allowed: a finite number written with the digits 0-9", param, ctx)
-        return float(text)
+        return v
 
 
 def _short(value, n: int = 60):
@@ -60,7 +60,6 @@ class _Seed(_StrictInt):
         return v
 
 
-MAX_SEED = 2**32 - 1
 STRICT_INT, STRICT_FLOAT, SEED = _StrictInt(), _StrictFloat(), _Seed()
 
 
@@ -69,6 +68,28 @@ def _emit(data: dict, as_json: bool, human) -> None:
         click.echo(json.dumps(data, indent=2, default=str))
     else:
         human(data)
+
+
+def remove_unused_out(why: str, out_dir: str | None, created) -> None:
+    """Nothing to write: remove the folders ``launch.check_out_dir`` created for --out (``created``,
+    the topmost of them; each only while empty) and say so in one line on stderr."""
+    if out_dir is not None and created is not None:
+        d = Path(out_dir)
+        for p in (d, *d.parents):
+            try:
+                p.rmdir()
+            except OSError:        # not empty after all (another writer): leave it and its parents
+                break
+            if p == created:
+                break
+    click.echo(f"autotune: {why}" + (f"; nothing written to --out {out_dir}" if out_dir is not None else ""), err=True)
+
+
+def exit_without_result(why: str, out_dir: str | None, created) -> None:
+    """After the report: no configuration fits, so no launch files (``remove_unused_out``); exit
+    EXIT_NO_RESULT."""
+    remove_unused_out(why, out_dir, created)
+    raise click.exceptions.Exit(EXIT_NO_RESULT)
 
 
 def scenario_options(f):

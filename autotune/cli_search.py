@@ -7,7 +7,7 @@ import click
 
 from .cli_common import (MAX_JOBS, MAX_ROBUST_SAMPLES, MAX_TOP_K, SEED, STRICT_INT, _emit, _header, _params,
                          _print_evaluation, _print_header, _print_launch, _scenario, given, params_option,
-                         scenario_options)
+                         exit_without_result, scenario_options)
 from .errors import UserInputError
 
 
@@ -61,8 +61,7 @@ def search(top_k, out_dir, space_name, workers, robust, robust_samples, robust_o
         if not 2 <= robust_samples <= MAX_ROBUST_SAMPLES:
             raise UserInputError("--robust-samples", robust_samples, f"an integer from 2 to {MAX_ROBUST_SAMPLES}")
         ranges = parse_ranges(robust, scen)           # every range checked before any work
-    if out_dir is not None:
-        check_out_dir(out_dir)
+    created = check_out_dir(out_dir) if out_dir is not None else None
     with tqdm(total=space.legal_count(), unit="cfg", unit_scale=True, disable=as_json or not sys.stderr.isatty(),
               desc="exhaustive") as bar:
         res = exhaustive_search(space, params, progress=bar.update, top_k=top_k, workers=workers)
@@ -111,6 +110,8 @@ def search(top_k, out_dir, space_name, workers, robust, robust_samples, robust_o
         for f in d.get("files", []):
             click.echo(f"wrote {f}")
     _emit(data, as_json, human)
+    if not top:
+        exit_without_result("no configuration of this scenario fits in memory", out_dir, created)
 
 
 def _print_leave_out(r: dict, best_s: float) -> None:

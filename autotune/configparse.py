@@ -1,17 +1,16 @@
 """Parse a configuration from the command line ("tp=8,pp=16,placement=dp_out") or a YAML file."""
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import yaml
 from pydantic import ValidationError
 
 from .errors import UserInputError, from_pydantic
+from .numtext import int_or_none
 from .specs.config import CATEGORICAL, FIELDS, INTEGER, MAX_DEGREE, Config
 from .yamlsafe import load_text, read_file
 
-_DIGITS = re.compile(r"-?[0-9]{1,30}")      # int() refuses past 4,300 digits
 FLAGS = ("overlap_dp",)
 """Integer fields that are switches (0 off, 1 on): their error says so."""
 
@@ -50,9 +49,10 @@ def parse_config_text(text: str) -> dict:
         if key not in FIELDS:
             raise UserInputError(f"config.{key}", val, "a field among " + ", ".join(FIELDS))
         if key in INTEGER:
-            if not _DIGITS.fullmatch(val):      # int() would take '1_000' and non-ASCII digits
+            n = int_or_none(val)        # int() would take '1_000' and non-ASCII digits
+            if n is None:
                 raise UserInputError(f"config.{key}", val, _int_rule(key))
-            out[key] = int(val)
+            out[key] = n
         else:
             if val not in CATEGORICAL[key]:
                 raise UserInputError(f"config.{key}", val, "one of " + ", ".join(CATEGORICAL[key]))
@@ -68,7 +68,7 @@ def make_config(fields: dict, n_gpus: int) -> Config:
         raise UserInputError(f"config.{unknown[0]}", fields[unknown[0]], "a field among " + ", ".join(FIELDS))
     for k in INTEGER:          # a file's quoted number: pydantic would take '1_000' and non-ASCII digits
         v = fields.get(k)
-        if isinstance(v, bool) or isinstance(v, float) or (isinstance(v, str) and not _DIGITS.fullmatch(v.strip())):
+        if isinstance(v, bool) or isinstance(v, float) or (isinstance(v, str) and int_or_none(v) is None):
             raise UserInputError(f"config.{k}", v, _int_rule(k))
     if "dp" not in fields:
         denom = 1

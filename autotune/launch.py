@@ -261,8 +261,10 @@ def write_launch_dir(out: str, scenario, top: list, command: str, measured_s: li
     return written
 
 
-def check_out_dir(out: str) -> None:
-    """Create ``out`` if needed; a one-line UserInputError where it is a file or not writable."""
+def check_out_dir(out: str):
+    """Create ``out`` if needed; a one-line UserInputError where it is a file or not writable.
+    Returns the topmost folder this call created (``out`` or a parent of it), else None:
+    ``cli_common.remove_unused_out`` removes them again where nothing was written."""
     import os
     from pathlib import Path
 
@@ -270,9 +272,11 @@ def check_out_dir(out: str) -> None:
     d = Path(out)
     if d.exists() and not d.is_dir():
         raise UserInputError("--out", out, "a folder (this is a file)")
+    created = next((p for p in reversed((d, *d.parents)) if not p.exists()), None)
     try:
         d.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise UserInputError("--out", out, f"a folder that can be created ({exc.strerror})") from None
     if not os.access(d, os.W_OK | os.X_OK):
         raise UserInputError("--out", out, "a writable folder")
+    return created

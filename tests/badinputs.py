@@ -76,7 +76,9 @@ BAD_SET_SYNTAX = ["model.nope=1", "cluster.scale_out.nope=1", "workload.nope=1",
                   "cluster.buildings.-1.gpus=8", "cluster.cross_region.loss_rate=1e-5", "model=", "cluster=7",
                   "model.n_layers.x=1", "workload=[1]", "cluster.scale_out=3", "model.name=a;b", "model.name=$(ls)",
                   "model.name=" + "x" * 300, "cluster.buildings=[]", "cluster.scale_out.load_balancing=magic",
-                  "cluster.scale_out.loss_recovery=none", "workload.precision=fp4", "workload.fsdp_regather=sometimes"]
+                  "cluster.scale_out.loss_recovery=none", "workload.precision=fp4", "workload.fsdp_regather=sometimes",
+                  "cluster.buildings.\u00b2.gpus=8", "cluster.buildings.\u0661.gpus=8", "cluster.buildings.+1.gpus=8",
+                  "workload.moe_unpermute=atomic"]
 
 CONFIG_FIELDS = ["tp", "cp", "ep", "pp", "dp", "pp_chunks", "micro_batch", "overlap_dp", "xb_queue_pairs",
                  "nccl_channels", "nccl_buffer_mib", "dp_bucket_mib"]

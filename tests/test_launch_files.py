@@ -46,6 +46,30 @@ def test_out_that_is_a_file_exits_2_and_writes_nothing(run_cli, tmp_path):
     assert r.returncode == 2 and "--out" in r.stderr and len(r.stderr.strip().splitlines()) == 1
 
 
+NOTHING_FITS = ["--model", "llama3-405b", "--cluster", "campus-5bldg", "--gpus", "10"]
+
+
+def test_nothing_fits_leaves_no_empty_out_folder_and_search_exits_4(run_cli, tmp_path):
+    """405B on 10 GPUs fits no configuration. search reports it, says on one stderr line that no
+    launch files were written and exits 4 (no result: not 0, not a mistake's 2, not a crash's 1);
+    it removes the --out folders it created, parents included, and keeps one that was there. A
+    study's run with no feasible trial yet is not a failure (exit 0), but leaves no empty folder."""
+    made = tmp_path / "new" / "made"
+    r = run_cli("search", *NOTHING_FITS, "--out", str(made))
+    assert r.returncode == 4, r.stderr
+    assert "no configuration fits in memory" in r.stdout
+    assert r.stderr.strip().count("\n") == 0 and "nothing written to --out" in r.stderr
+    assert not (tmp_path / "new").exists()
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    r = run_cli("search", *NOTHING_FITS, "--out", str(kept), "--json")
+    assert r.returncode == 4 and json.loads(r.stdout)["best"] is None and kept.is_dir()
+    r = run_cli("study", *NOTHING_FITS, "--trials", "2", "--no-tracking", "--storage",
+                f"sqlite:///{tmp_path / 's.db'}", "--out", str(made))
+    assert r.returncode == 0, r.stderr
+    assert "no feasible trial in this study yet (2 trials)" in r.stderr and not (tmp_path / "new").exists()
+
+
 def test_top_out_of_range_exits_2(run_cli):
     for k in ("0", "-3", "100000"):
         r = run_cli("search", *SCEN, "--top", k)

@@ -123,3 +123,30 @@ def test_set_mistakes_say_field_and_rule_once(sets, field, allowed):
 
 def test_set_reads_decimal_integers_as_written():
     assert build_scenario(model="llama3-8b", cluster="campus-5bldg", overrides=["model.n_layers=010"]).model.n_layers == 10
+
+
+def test_network_lines_mark_the_tiers_the_model_does_not_use():
+    """The header lists every tier the cluster declares, and says which one no group crosses: with
+    one building neither building-spanning tier; within one region cross_region; across regions
+    cross_building (scenario_consts reads ClusterSpec.inter_building_tier only); cross_zone where
+    a building's GPUs fit in one zone."""
+    metro = load_preset("clusters", "metro-2bldg")
+    pair = load_preset("clusters", "region-pair")
+    one = metro.model_copy(update={"buildings": metro.buildings[:1], "cross_region": metro.cross_building})
+    lines = {ln.split(":")[0]: ln for ln in one.network_lines()}
+    assert lines["cross_building"].endswith("(not used: one building)")
+    assert lines["cross_region"].endswith("(not used: one building)")
+    assert "not used" not in lines["scale_out"]
+    both = metro.model_copy(update={"cross_region": pair.cross_region})
+    lines = {ln.split(":")[0]: ln for ln in both.network_lines()}
+    assert "not used" not in lines["cross_building"] and lines["cross_region"].endswith("(not used: one region)")
+    spans = pair.model_copy(update={"cross_building": metro.cross_building})
+    lines = {ln.split(":")[0]: ln for ln in spans.network_lines()}
+    assert "not used" not in lines["cross_region"] and "not used: the buildings span regions" in lines["cross_building"]
+    zoned = load_preset("clusters", "llama3-24k")            # zones of 3,072 GPUs in a 24,576-GPU building
+    assert zoned.cross_zone is not None and zoned.zone_gpus < zoned.buildings[0].gpus
+    assert not any("not used" in ln for ln in zoned.network_lines())
+    small = zoned.with_total_gpus(zoned.zone_gpus)
+    assert [ln for ln in small.network_lines() if "not used" in ln] == [
+        ln for ln in small.network_lines() if ln.startswith("cross_zone")]
+    assert small.network_lines()[2].endswith("(not used: a building's GPUs fit in one zone)")

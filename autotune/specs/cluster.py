@@ -127,11 +127,20 @@ class ClusterSpec(BaseModel):
         one-way latency with fibre, loss), NVLink first: what the printed header shows."""
         g = self.buildings[0].gpu
         out = [f"nvlink: {g.nvlink_domain_gpus} GPUs x {g.nvlink_bandwidth_Bps / 1e9:g} GB/s"]
+        spanning = "cross_region" if len({b.region for b in self.buildings}) > 1 else "cross_building"
         for name in ("scale_out", "cross_zone", "cross_building", "cross_region"):
             t = getattr(self, name)
             if t is not None:
+                one_zone = self.zone_gpus >= min(b.gpus for b in self.buildings)
+                unused = ("" if name == "scale_out" or (name == "cross_zone" and not one_zone)
+                          or (name == spanning and self.n_buildings > 1)
+                          else " (not used: a building's GPUs fit in one zone)" if name == "cross_zone"
+                          else " (not used: one building)" if self.n_buildings == 1
+                          else " (not used: one region)" if name == "cross_region"
+                          else " (not used: the buildings span regions, cross_region carries their traffic)")
                 out.append(f"{name}: {t.bandwidth_Bps / 1e9:g} GB/s per GPU, 1:{t.oversubscription:g}, "
-                           f"{t.one_way_latency_s * 1e6:g} us one way ({t.distance_km:g} km), loss {t.loss_rate:g}")
+                           f"{t.one_way_latency_s * 1e6:g} us one way ({t.distance_km:g} km), loss {t.loss_rate:g}"
+                           + unused)
         return out
 
     def with_total_gpus(self, n: int) -> "ClusterSpec":

@@ -59,7 +59,7 @@ class ModelSpec(BaseModel):
         bad = sorted({c for c in v if c not in NAME_CHARS})
         if not v or len(v) > NAME_MAX or bad or not v[0].isalnum():
             raise ValueError(f"a name of at most {NAME_MAX} characters, starting with a letter or digit, made of "
-                             "letters, digits, spaces and . _ + - / : , = @ ( )"
+                             "ASCII letters (A-Z, a-z), digits 0-9, spaces and . _ + - / : , = @ ( )"
                              + (f" (not {''.join(bad)!r})" if bad else ""))
         return v
 

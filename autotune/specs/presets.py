@@ -12,6 +12,7 @@ import yaml
 from pydantic import ValidationError
 
 from ..errors import UserInputError, from_pydantic
+from ..numtext import INT_TEXT, MAX_INT_DIGITS, int_or_none
 from ..yamlsafe import load_file, load_text
 
 from .preset_tables import KINDS, _KIND_ALIASES, preset_dict, preset_names  # noqa: F401 - public here too
@@ -30,22 +31,18 @@ def load_preset(kind: str, name: str):
         raise from_pydantic(e, prefix=f"{kind}.{name}") from None
 
 
-_DECIMAL = re.compile(r"[+-]?[0-9]+")
 _YAML11_NUMBER = re.compile(r"[+-]?(0[0-7]+|0[xob][0-9a-fA-F_]+|[0-9][0-9_]*_[0-9_]*(\.[0-9_]*)?|[0-9]+(:[0-5]?[0-9])+)")
 """What YAML 1.1 reads as a number and a person would not: octal (010 is 8), hex/binary, digits with
 underscores (1_6 is 16), sexagesimal (1:30 is 90)."""
 
 
-MAX_SET_DIGITS = 30
-"""Longest integer a --set value may be: far beyond any field's bound, far below int()'s limit."""
-
-
 def _parse_scalar(text: str, key: str = ""):
     """One --set value: a decimal integer as written (010 is 10, as in --config), else YAML."""
-    if _DECIMAL.fullmatch(text):
-        if len(text) > MAX_SET_DIGITS:     # int() refuses past 4,300 digits with a ValueError
-            raise UserInputError(f"--set {key}".strip(), text, f"an integer of at most {MAX_SET_DIGITS} digits")
-        return int(text, 10)
+    if INT_TEXT.fullmatch(text):
+        n = int_or_none(text)
+        if n is None:                      # int() refuses past 4,300 digits with a ValueError
+            raise UserInputError(f"--set {key}".strip(), text, f"an integer of at most {MAX_INT_DIGITS} digits")
+        return n
     if _YAML11_NUMBER.fullmatch(text):
         raise UserInputError(f"--set {key}".strip(), text, "a number written with the digits 0-9 (no "
                                                            "_ separators, 0x or : forms)")
@@ -79,9 +76,7 @@ def apply_override(tree: dict, dotted: str, value, created: list | None = None) 
     for i, key in enumerate(parts[:-1]):
         nxt = parts[i + 1]
         if isinstance(node, list):
-            if not key.isdigit() or int(key) >= len(node):
-                raise UserInputError(".".join(parts[: i + 1]), key, f"an index below {len(node)}")
-            key = int(key)
+            key = _index(key, len(node), ".".join(parts[: i + 1]))
         elif key not in node or node[key] is None:
             node[key] = {}
             if created is not None:
@@ -91,12 +86,18 @@ def apply_override(tree: dict, dotted: str, value, created: list | None = None) 
             raise UserInputError(".".join(parts[: i + 1]), node, f"a section that has a key {nxt!r}")
     last = parts[-1]
     if isinstance(node, list):
-        if not last.isdigit() or int(last) >= len(node):
-            raise UserInputError(dotted, last, f"an index below {len(node)}")
-        last = int(last)
+        last = _index(last, len(node), dotted)
     if isinstance(value, dict) and isinstance(node, dict) and isinstance(node.get(last), dict):
         value = deep_merge(node[last], value)
     node[last] = value
+
+
+def _index(text: str, n: int, field: str) -> int:
+    """A list index in a dotted key: 0 to n - 1 in the ASCII digits (str.isdigit takes '²', int() '١')."""
+    i = int_or_none(text) if text.isascii() and text.isdecimal() else None
+    if i is None or i >= n:
+        raise UserInputError(field, text, f"an index from 0 to {n - 1}" if n else "no index (the list is empty)")
+    return i
 
 
 def parse_overrides(items) -> list[tuple[str, object]]:
@@ -117,7 +118,7 @@ def _current(tree, dotted: str):
     for part in dotted.split("."):
         if isinstance(node, dict):
             node = node.get(part)
-        elif isinstance(node, list) and _DECIMAL.fullmatch(part) and 0 <= int(part) < len(node):
+        elif isinstance(node, list) and part.isascii() and part.isdecimal() and int(part) < len(node):
             node = node[int(part)]
         else:
             return None

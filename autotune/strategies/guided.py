@@ -111,15 +111,12 @@ class GuidedStrategy(Strategy):
         def number(name, v, kind):
             """A finite int or float, from a number or its decimal text in ASCII digits (float()
             takes nan, inf and 1_000; int() other scripts' digits)."""
-            import math
-            import re
-            text = str(v).strip()
-            pattern = r"[+-]?[0-9]+" if kind is int else r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?"
-            if isinstance(v, bool) or not re.fullmatch(pattern, text, flags=re.ASCII) \
-                    or not math.isfinite(float(text)):
+            from ..numtext import finite_float_or_none, int_or_none
+            out = None if isinstance(v, bool) else (int_or_none if kind is int else finite_float_or_none)(str(v))
+            if out is None:
                 raise UserInputError(f"strategy option {name}", v, f"a finite number ({kind.__name__}) written with "
                                      "the digits 0-9")
-            return kind(text)
+            return out
         batch, pool = number("batch", batch, int), number("pool", pool, int)
         prior_weight = number("prior_weight", prior_weight, float)
         stop_within = None if stop_within in (None, "", "none") else number("stop_within", stop_within, float)

@@ -10,6 +10,7 @@ import pydantic
 
 from ..backends import get_backend
 from ..errors import UserInputError
+from ..numtext import MAX_SEED
 from ..specs import Scenario
 from ..strategies.registry import NAMES as STRATEGY_NAMES
 from ..strategies.registry import make_strategy
@@ -66,8 +67,8 @@ def check_run_options(trials, until, trial_timeout_s, seed, storage, tracking_ur
             raise UserInputError(option, v, f"an integer from 1 to {MAX_TRIALS:,}")
     if trial_timeout_s is not None and not (math.isfinite(trial_timeout_s) and trial_timeout_s > 0):
         raise UserInputError("--trial-timeout", trial_timeout_s, "a positive number of seconds")
-    if not 0 <= int(seed) < 2**32:                 # the samplers' (numpy's) seed range
-        raise UserInputError("--seed", seed, "an integer from 0 to 4294967295")
+    if not 0 <= int(seed) <= MAX_SEED:             # the samplers' (numpy's) seed range
+        raise UserInputError("--seed", seed, f"an integer from 0 to {MAX_SEED}")
     for option, value in (("--storage", storage), ("--tracking-uri", tracking_uri)):
         if value is not None and not str(value).strip():
             raise UserInputError(option, value, "a non-empty URL (leave the option out for the default)")

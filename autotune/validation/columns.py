@@ -7,6 +7,8 @@ import re
 from importlib import resources
 from pathlib import Path
 
+from ..numtext import FLOAT_TEXT
+
 ASSUMED_VOCAB = 51200                 # Megatron GPT experiments' padded vocabulary
 ASSUMED_FFN_MULTIPLE = 4              # GPT-style ffn_hidden = 4 h when not stated
 ASSUMED_MICRO_BATCH = 1               # micro-batch when not stated
@@ -382,7 +384,7 @@ def _int(row, key, default=None, allow_zero: bool = False):
             raise Skip("empty, and it has no default", key, raw)
         return default
     try:
-        if not re.fullmatch(r"[0-9.eE+-]+", raw):      # float() takes '1_000' and non-ASCII digits
+        if not FLOAT_TEXT.fullmatch(raw):      # float() takes '1_000' and non-ASCII digits
             raise ValueError(raw)
         val = float(raw)
     except ValueError:
