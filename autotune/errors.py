@@ -7,7 +7,7 @@ class UserInputError(ValueError):
 
     def __init__(self, field: str, value: object, allowed: str):
         self.field, self.value, self.allowed = field, value, allowed
-        head = f"{clip(field, 100)}: got {clip(repr(value), 120)}; allowed: "
+        head = f"{clip_middle(field, 100)}: got {clip(repr(value), 120)}; allowed: "
         super().__init__(head + clip(allowed, max(120, MESSAGE_CHARS - len(head))))
 
 
@@ -20,6 +20,16 @@ def clip(text: str, n: int) -> str:
     short line whatever the user typed (a 400-digit number, a 2 MB value)."""
     text = str(text).replace("\n", "\\n").replace("\r", "\\r")
     return text if len(text) <= n else f"{text[:n]}...({len(text)} characters)"
+
+
+def clip_middle(text: str, n: int) -> str:
+    """``text`` cut to about n characters in the middle: a field ends in its most specific part
+    (``--params <a long path>: <the key>``), so its start and its end are kept."""
+    text = str(text).replace("\n", "\\n").replace("\r", "\\r")
+    if len(text) <= n:
+        return text
+    tail = (2 * n) // 3
+    return f"{text[:n - tail]}...({len(text)} characters)...{text[-tail:]}"
 
 
 def from_pydantic(exc, prefix: str = "") -> UserInputError:

@@ -77,7 +77,8 @@ def test_scenario_key_unchanged_by_fields_at_their_defaults():
                                         (("deepseek-v3", "region-pair", None), "2dfa4c14659f6251")):
         s = build_scenario(model, cluster, gpus=gpus)
         assert s.key == key
-        for field, value in (("optimizer_post_validation", True), ("activation_memory", "eager")):
+        for field, value in (("optimizer_post_validation", True), ("activation_memory", "eager"),
+                             ("moe_unpermute", "scatter_add")):
             other = s.model_copy(update={"workload": s.workload.model_copy(update={field: value})})
             assert other.key != key
 

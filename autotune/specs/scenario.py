@@ -87,7 +87,8 @@ class Scenario(BaseModel):
                                             ("fsdp_gather", "unit"), ("moe_routing", "dropless"),
                                             ("moe_capacity_factor", 1.0), ("offload_modules", ()),
                                             ("zero1_param_sync", "all_gather"), ("zero1_shard_ranks", 0),
-                                            ("moe_einsum_dispatch", False), ("attention_kernel", "native"))
+                                            ("moe_einsum_dispatch", False), ("attention_kernel", "native"),
+                                            ("moe_unpermute", None))
                  if getattr(w, name) == default}
         exclude: dict = {"workload": later} if later else {}
         # HardwareSpec.async_launch, added later too, left out where it is at its default (GPUs), and
