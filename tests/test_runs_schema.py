@@ -88,6 +88,9 @@ def test_explicit_columns_reach_the_scenario(tmp_path):
     assert case.scenario.workload.framework == "pytorch"
     assert hw.hbm_bytes == hbm_bytes_of_nominal_gb(94) and hw.hbm_bandwidth_Bps == 3.9e12 and hw.nic_bandwidth_Bps == 200e9 / 8
     assert not any(a.startswith(("expert_ffn_hidden", "activation", "framework")) for a in case.assumptions)
+    # a torchtitan MoE row combines by atomic scatter-add, and the row says it assumes so
+    assert case.scenario.workload.resolved_moe_unpermute == "scatter_add"
+    assert any(a.startswith("moe_unpermute=scatter_add (the pytorch class's own") for a in case.assumptions)
 
 
 def test_mla_columns(tmp_path):

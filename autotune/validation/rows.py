@@ -359,6 +359,9 @@ def build_case(i: int, row: dict) -> RunCase:
         raise _spec_skip(e, row) from None
     if not flavour_text and dp * cp > 1:
         assumed.append(f"zero_or_fsdp={flavour} (not stated; {framework}'s default)")
+    if a.experts and not par.ep_einsum and scen.workload.resolved_moe_unpermute != "fused":
+        assumed.append(f"moe_unpermute={scen.workload.resolved_moe_unpermute} (the {framework} class's own: "
+                       "torchtitan's atomic combine)")
     if dp * cp == 1:
         flavour = "ddp"
     elif reduce_dtype is None and precision != "fp32":
