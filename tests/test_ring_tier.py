@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 from autotune.costmodel import evaluate
 from autotune.configparse import make_config
 from autotune.costmodel.params import default_params
-from autotune.costmodel.scenario_consts import ring_tier_of_span, scenario_consts, tier_of_span
+from autotune.costmodel.scenario_consts import scenario_consts
+from autotune.costmodel.spans import ring_tier_of_span, tier_of_span
 from autotune.costmodel.xp import NUMPY, SCALAR
 from autotune.specs import build_scenario
 

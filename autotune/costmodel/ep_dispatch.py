@@ -9,7 +9,8 @@ from .collectives import all_to_all_time, dedup_share, expert_tp_gather_time
 from .params import CostParams
 from .pipeline import S_DUALPIPEV, paired_share
 from .recompute import moe_block_rerun
-from .scenario_consts import ScenarioConsts, ep_load, members_per_node, tier_of_span
+from .scenario_consts import ScenarioConsts, ep_load
+from .spans import members_per_node, tier_of_span
 
 
 class EPDispatch(NamedTuple):

@@ -10,7 +10,7 @@ from . import constants as C
 from . import nccl as N
 from .collectives import tp_collective_time, tp_exposed
 from .recompute import tp_collectives_rerun
-from .scenario_consts import tier_of_span
+from .spans import tier_of_span
 
 
 class P2PLink(NamedTuple):

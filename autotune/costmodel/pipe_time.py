@@ -8,7 +8,7 @@ from typing import NamedTuple
 from .collectives import p2p_time
 from .exchanges import P2PLink
 from .pipeline import S_1F1B, S_DUALPIPEV, S_GPIPE, S_INTERLEAVED, S_ZBV, bubble_time, chain_hops, in_flight_microbatches
-from .scenario_consts import tier_of_span
+from .spans import tier_of_span
 
 
 class PPLinks(NamedTuple):

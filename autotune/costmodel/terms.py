@@ -18,8 +18,8 @@ from .collectives import KIND_AG, KIND_AR, collective
 from .network import effective_bandwidth_Bps, recovery_stall
 from .params import CostParams
 from .pipeline import head_on_first_rank
-from .scenario_consts import (FSDP_GATHER_MODULE, FSDP_GATHER_PARAMETER, LAYOUT_ENDS, LAYOUT_EVEN, ScenarioConsts,
-                              ep_load, ring_tier_of_span)
+from .scenario_consts import FSDP_GATHER_MODULE, FSDP_GATHER_PARAMETER, LAYOUT_ENDS, LAYOUT_EVEN, ScenarioConsts, ep_load
+from .spans import ring_tier_of_span
 from .stage_split import LossBlocks, rank_layers
 from .zero1 import zero1_broadcasts
 from .zero3 import fsdp_calls

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .scenario_consts import members_per_node
+from .spans import members_per_node
 
 TIERS = ("nvlink", "scale_out", "cross_building", "cross_region")
 DIMS = ("tp", "cp", "ep", "pp", "dp")

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from .collectives import KIND_AG, collective
 from .params import CostParams
-from .scenario_consts import ScenarioConsts, ring_tier_of_span
+from .scenario_consts import ScenarioConsts
+from .spans import ring_tier_of_span
 
 
 def zero1_group_size(k: ScenarioConsts, n, xp):
