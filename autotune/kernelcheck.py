@@ -26,8 +26,9 @@ from pathlib import Path
 import numpy as np
 
 from .costmodel import constants as C
-from .costmodel.kernels import (attention_core_fwd_time_s, expert_block_time_s, gemm_out_weight, gemm_time_s,
-                                memory_bound_time_s, moe_unpermute_time_s, split_gemm_ratio)
+from .costmodel.kernels import (attention_core_fwd_time_s, eager_gated_activation_time_s, expert_block_time_s,
+                                gemm_out_weight, gemm_time_s, memory_bound_time_s, moe_unpermute_time_s,
+                                split_gemm_ratio)
 from .costmodel.params import CostParams, default_params
 from .errors import UserInputError
 from .validation.columns import map_gpu, one_line
@@ -248,7 +249,10 @@ def predict_s(r: dict, g: Gpu, p: CostParams) -> float | None:
     if kind == "rmsnorm_fwd":
         # two reads (sum of squares, scaling) and one write of every element
         return memory_bound_time_s(C.RMSNORM_TRAFFIC_BYTES_PER_ELEMENT * _num(r, "tokens") * _num(r, "K"), g.hbm_Bps)
-    if kind in ("swiglu_fwd", "copy"):
+    if kind == "swiglu_fwd":
+        # F.silu(u[:, :K]) * u[:, K:]: two eager kernels over strided halves of u
+        return eager_gated_activation_time_s(_num(r, "tokens") * _num(r, "K"), g.hbm_Bps)
+    if kind == "copy":
         # the measured bytes moved (gbps x time), at the model's rate for memory-bound work
         return memory_bound_time_s(_num(r, "gbps") * 1e9 * _num(r, "ms") * 1e-3, g.hbm_Bps)
     if kind in ("layer_fwd", "layer_fwd_bwd"):

@@ -163,6 +163,15 @@ adds into its destination on Hopper: the median of the six H100 cases of kind mo
 not HBM-bound: the H200, never fit on, runs the same cases at 0.72-0.82 TB/s with 1.4x the HBM
 bandwidth. Taken as is for every GPU (measured on Hopper only). Used where the MoE layer
 un-permutes that way (``WorkloadSpec.moe_unpermute``)."""
+STRIDED_ELEMENTWISE_BF16_ELEMENTS_PER_S = 3.57e11
+"""bf16 output elements a second that an eager PyTorch element-wise kernel writes when an input is
+a strided view (``a, b = x.chunk(2, -1)``: TensorIterator leaves its vectorised path and computes
+every element's offsets, so the SMs bound the kernel, not the HBM): the median of the three H100
+cases of kind swiglu_fwd (``autotune/data/h100``: ``F.silu(u[:, :h]) * u[:, h:]``, 8-16k tokens, h
+4-16k; two such kernels, 3.46-3.58e11 elements a second each). SM-bound, not HBM-bound: the
+H200, never fit on, runs the same cases at 2.98-3.83e11 with 1.4x the HBM bandwidth (the same 132
+SMs and clock). Taken as is for every GPU (measured on Hopper only). Used by
+``kernels.eager_gated_activation_time_s``."""
 CROSS_ENTROPY_FWD_TRAFFIC_BYTES_PER_LOGIT = 38.0
 CROSS_ENTROPY_BWD_TRAFFIC_BYTES_PER_LOGIT = 14.0
 """The loss over the head's logits, memory-bound passes per logit on the head's rank (each rank

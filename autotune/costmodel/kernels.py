@@ -133,6 +133,17 @@ def memory_bound_time_s(bytes_moved, hbm_Bps: float):
     return bytes_moved / (hbm_Bps * C.HBM_ACHIEVED_FRACTION)
 
 
+def eager_gated_activation_time_s(elems, hbm_Bps: float):
+    """Seconds of eager PyTorch's ``F.silu(a) * b`` over ``elems`` bf16 outputs with ``a, b`` the
+    two strided halves of one fused up-projection: two kernels, ``silu`` (reads 2 B, writes 2 B an
+    element) and the product (reads 4 B, writes 2 B), each the slower of its traffic at the streaming
+    rate and its elements at ``STRIDED_ELEMENTWISE_BF16_ELEMENTS_PER_S`` (both read a strided view)."""
+    per_elem = 1.0 / C.STRIDED_ELEMENTWISE_BF16_ELEMENTS_PER_S
+    silu = max(per_elem, memory_bound_time_s(2 * C.ACTIVATION_BYTES, hbm_Bps))
+    product = max(per_elem, memory_bound_time_s(3 * C.ACTIVATION_BYTES, hbm_Bps))
+    return elems * (silu + product)
+
+
 def moe_unpermute_time_s(routed_elems, hbm_Bps: float, scatter_add: bool):
     """Seconds to un-permute ``routed_elems`` routed bf16 elements back into token order: a fused
     kernel (Megatron-Core's ``moe_unpermute``) reads and writes each once at the streaming rate
