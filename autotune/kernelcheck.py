@@ -27,7 +27,7 @@ import numpy as np
 
 from .costmodel import constants as C
 from .costmodel.kernels import (attention_core_fwd_time_s, eager_gated_activation_time_s, expert_block_time_s,
-                                gemm_out_weight, gemm_time_s, memory_bound_time_s, moe_unpermute_time_s,
+                                gemm_out_weight, gemm_time_s, memory_bound_time_s, moe_token_move_time_s,
                                 split_gemm_ratio)
 from .costmodel.params import CostParams, default_params
 from .errors import UserInputError
@@ -200,7 +200,7 @@ def _layer_fwd_parts(r: dict, g: Gpu, p: CostParams) -> tuple[float, float, floa
         # the local experts' S k El / E routed copies: index_select in, index_add_ back (and the
         # same two kernels swapped in the backward)
         local = S * k * El / E * h
-        perm = moe_unpermute_time_s(local, g.hbm_Bps, False) + moe_unpermute_time_s(local, g.hbm_Bps, True)
+        perm = moe_token_move_time_s(local, g.hbm_Bps, False) + moe_token_move_time_s(local, g.hbm_Bps, True)
     else:
         lin += gemm_time_s(S, h, 2 * ffn, peak, ridge, p) + gemm_time_s(S, ffn, h, peak, ridge, p)
     core = attention_core_fwd_time_s(S, C.CAUSAL_ATTENTION_WORK_FRACTION * S, 2 * heads * hd, peak, p, hd, S)
@@ -245,7 +245,7 @@ def predict_s(r: dict, g: Gpu, p: CostParams) -> float | None:
         # the permutation: half of MOE_PERMUTE_TRAFFIC_BYTES_PER_ROUTED_ELEMENT (read + write every
         # routed copy); the un-permutation as measured, eager index_add_ (an atomic scatter-add)
         elems = _num(r, "tokens") * _num(r, "topk") * _num(r, "K")
-        return moe_unpermute_time_s(elems, g.hbm_Bps, kind == "moe_unpermute")
+        return moe_token_move_time_s(elems, g.hbm_Bps, kind == "moe_unpermute")
     if kind == "rmsnorm_fwd":
         # two reads (sum of squares, scaling) and one write of every element
         return memory_bound_time_s(C.RMSNORM_TRAFFIC_BYTES_PER_ELEMENT * _num(r, "tokens") * _num(r, "K"), g.hbm_Bps)

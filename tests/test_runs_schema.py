@@ -366,3 +366,30 @@ def test_moe_routing_phrases_that_name_no_routing_skip_the_row(tmp_path, text):
     moe = {"moe_experts": "64", "moe_topk": "8", "expert_ffn_hidden": "1408", "ep": "8"}
     _, skipped = V.read_runs(_write(tmp_path, [moe, {**moe, "moe_routing": text}]))
     assert skipped and skipped[0]["column"] == "moe_routing"
+
+
+@pytest.mark.parametrize("text,want", [
+    ("scatter_add", "scatter_add"), ("out.scatter_add (torchtitan)", "scatter_add"), ("index_add_", "scatter_add"),
+    ("Atomic scatter-add", "scatter_add"), ("fused", "fused"), ("--moe-permute-fusion", "fused"),
+    ("Megatron-Core moe_unpermute", "fused"), ("DeepEP combine", "fused"), ("TE fused permute", "fused"),
+    ("no scatter_add (gather)", "fused"), ("non-atomic", "fused"), ("MegaBlocks", "fused"),
+])
+def test_moe_unpermute_spellings_set_the_workload_and_silence_the_assumption(tmp_path, text, want):
+    moe = {"moe_experts": "64", "moe_topk": "8", "expert_ffn_hidden": "1408", "ep": "8", "framework": "torchtitan"}
+    (case,), skipped = V.read_runs(_write(tmp_path, [{**moe, "moe_unpermute": text}]))
+    assert not skipped and case.scenario.workload.moe_unpermute == want
+    assert not any(a.startswith("moe_unpermute") for a in case.assumptions)
+
+
+def test_moe_unpermute_unstated_takes_the_class_default_and_bad_cells_skip(tmp_path):
+    """Unstated: the pytorch class's scatter_add, printed; a cell naming neither kernel, or one on a
+    dense model, skips the row naming the column and the value."""
+    moe = {"moe_experts": "64", "moe_topk": "8", "expert_ffn_hidden": "1408", "ep": "8", "framework": "torchtitan"}
+    rows = [moe, {**moe, "moe_unpermute": "sometimes"}, {"moe_unpermute": "scatter_add"}]
+    (case,), skipped = V.read_runs(_write(tmp_path, rows))
+    w = case.scenario.workload
+    assert w.moe_unpermute is None and w.resolved_moe_unpermute == "scatter_add"
+    assert any(a.startswith("moe_unpermute=scatter_add") for a in case.assumptions)
+    assert [(s["column"], s["value"]) for s in skipped] == [("moe_unpermute", "sometimes"),
+                                                            ("moe_unpermute", "scatter_add")]
+    assert "dense model" in skipped[1]["reason"]

@@ -144,10 +144,11 @@ def eager_gated_activation_time_s(elems, hbm_Bps: float):
     return elems * (silu + product)
 
 
-def moe_unpermute_time_s(routed_elems, hbm_Bps: float, scatter_add: bool):
-    """Seconds to un-permute ``routed_elems`` routed bf16 elements back into token order: a fused
-    kernel (Megatron-Core's ``moe_unpermute``) reads and writes each once at the streaming rate
-    (half of ``MOE_PERMUTE_TRAFFIC_BYTES_PER_ROUTED_ELEMENT``); eager PyTorch's atomic
+def moe_token_move_time_s(routed_elems, hbm_Bps: float, scatter_add: bool):
+    """Seconds to move ``routed_elems`` routed bf16 elements between token order and expert order:
+    a gather (the permutation, ``index_select``) or a fused un-permutation (Megatron-Core's
+    ``moe_unpermute``) reads and writes each once at the streaming rate (half of
+    ``MOE_PERMUTE_TRAFFIC_BYTES_PER_ROUTED_ELEMENT``); eager PyTorch's atomic
     scatter-add (``scatter_add_``, ``index_add_``: ``scatter_add`` true) reads the source and
     reads and writes the destination (6 B) and is bound by the atomics' rate
     (``SCATTER_ADD_BF16_ELEMENTS_PER_S``), whichever is slower."""

@@ -114,7 +114,7 @@ def compute_terms(k: ScenarioConsts, p: CostParams, mb, cp, tp, ep, et, xp) -> C
     experts / ep local experts, each at ffn_e / et width: the FLOPs per rank do not depend on
     et, the GEMM shapes do (et = tp: Megatron-Core without folding)."""
     from .kernels import (attention_core_fwd_time_s, expert_block_time_s, gemm_time_s, memory_bound_time_s,
-                          moe_unpermute_time_s, split_gemm_ratio, te_pieces)
+                          moe_token_move_time_s, split_gemm_ratio, te_pieces)
     tok = mb * k.seq / cp
 
     def gemm_time(M, K, N):
@@ -167,8 +167,8 @@ def compute_terms(k: ScenarioConsts, p: CostParams, mb, cp, tp, ep, et, xp) -> C
             moe_permute = memory_bound_time_s(C.MOE_PERMUTE_TRAFFIC_BYTES_PER_ROUTED_ELEMENT * routed_elems, k.hbm_Bps)
             if k.scatter_unpermute:    # torchtitan splits tokens over TP only under EP with etp 1
                 whole = xp.where((ep > 1) & (et == 1), first, first * tp)
-                moe_permute = moe_permute + (moe_unpermute_time_s(whole, k.hbm_Bps, True)
-                                             - moe_unpermute_time_s(first, k.hbm_Bps, False))
+                moe_permute = moe_permute + (moe_token_move_time_s(whole, k.hbm_Bps, True)
+                                             - moe_token_move_time_s(first, k.hbm_Bps, False))
         # moe_act re-runs the activation on each routed copy this rank's experts hold: it reads fc1's
         # output ((mlp_mats - 1) ffn_e / et) and writes ffn_e / et, bf16
         act_elems = tok * k.top_k * load * et / tp * k.mlp_mats * k.ffn_e / et

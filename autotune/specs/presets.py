@@ -5,7 +5,6 @@ from __future__ import annotations
 import copy
 import re
 from functools import lru_cache
-from importlib import resources
 from pathlib import Path
 
 import yaml

@@ -33,7 +33,7 @@ COLUMNS = ("source", "model_name", "params_b", "n_layers", "hidden", "ffn_hidden
            "sliding_window_layers", "activation", "framework", "flops_convention", "hbm_gb", "hbm_tbps",
            "nic_gbps", "peak_memory_gb", "pipeline_layout", "recompute_modules", "optimizer_moments",
            "flash_attention", "grad_dtype", "fp8_param_gather", "grad_reduce_dtype", "fsdp_gather", "moe_routing",
-           "offload_modules", "notes")
+           "moe_unpermute", "offload_modules", "notes")
 """The columns of published_runs.csv (docs in ``autotune/data/published_runs.README.md``).
 ``source``, ``params_b`` and ``notes`` are informational: ``source`` names the row's source
 family; none of the three is parsed as a number."""

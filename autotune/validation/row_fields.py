@@ -318,44 +318,6 @@ def _ep_dispatcher(row: dict, assumed: list, ep: int) -> tuple[bool, bool]:
                "einsum, gshard)", "ep_dispatcher", text)
 
 
-_CAPACITY = re.compile(r"(?:capacity[ _-]?factor|\bcf)\s*[=:]?\s*(-?\d+(?:\.\d+)?)")
-_NOT = r"\b(?:no|not|without|non)\b[ _-]*"
-
-
-def read_moe_routing(text: str) -> tuple[str, float] | None:
-    """``moe_routing`` (WorkloadSpec.moe_routing, moe_capacity_factor), tried in this order:
-    "force balance", "forced balance", "--moe-router-force-load-balancing" (dropless or not: the
-    loads are even), a cell that starts with "balanced" -> balanced ("no force balance" is not);
-    "dropless", "no token drop", "without token dropping", "token dropping disabled", "drop tokens:
-    no", a capacity factor of 0 or below (Megatron's -1) -> dropless; "capacity factor 1.25",
-    "cf=1", "token drop" (factor 1 where none is given) -> capacity. None if none of these ("load
-    balanced", "aux-loss balanced" name a loss, not a routing)."""
-    t = (text or "").lower().strip()
-    if (re.search(r"\bforced?\b|force[ _-]?load|force[ _-]?balanc", t) and not re.search(_NOT + r"forced?\b", t)) \
-            or re.match(r"balanced\b", t):
-        return "balanced", 1.0
-    m = _CAPACITY.search(t)
-    if ("dropless" in t or re.search(_NOT + r"(?:token[ _-]?)?drop", t) or (m and float(m.group(1)) <= 0)
-            or re.search(r"drop(?:ping)?(?:\s+tokens?)?\W+(?:disabled|off|no|false)\b", t)):
-        return "dropless", 1.0
-    if m:
-        return "capacity", float(m.group(1))
-    if re.search(r"capacity|token[ _-]?drop|\bdrop(?:ping)?\b", t):
-        return "capacity", 1.0
-    return None
-
-
-def _moe_routing(row: dict, assumed: list, experts: int) -> tuple[str, float]:
-    """``moe_routing`` as stated; not stated, dropless (printed for MoE rows)."""
-    stated = _stated(row, "moe_routing", read_moe_routing, "names no routing (dropless; capacity factor X / token "
-                     "drop; force balance)")
-    if stated is not None:
-        return stated
-    if experts:
-        assumed.append("moe_routing=dropless (not stated)")
-    return "dropless", 1.0
-
-
 def _float(row: dict, key: str) -> float | None:
     raw = _cell(row, key)
     if not raw:

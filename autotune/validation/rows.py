@@ -19,8 +19,9 @@ from .columns import (schedule_stated, ALWAYS_RECOMPUTE_SOURCES, ASSUMED_FFN_MUL
                       source_family)
 from .measurement import _check_plausible, _measurement
 from .deepspeed_engine import deepspeed_reduces_after_backward, is_deepspeed_zero3
-from .row_fields import (RACK_SCALE_DOMAIN_GPUS, _attention_kernel, _moe_routing, _shared_experts, _convention, _fsdp_gather, _flag, _flash, _grad_dtype, _grad_reduce_dtype, _moments, _pipeline_layout, _recompute_modules, _offload_modules, _zero1_sync, _ep_dispatcher, _ep_overlap, _float, _framework, _hardware,
+from .row_fields import (RACK_SCALE_DOMAIN_GPUS, _attention_kernel, _shared_experts, _convention, _fsdp_gather, _flag, _flash, _grad_dtype, _grad_reduce_dtype, _moments, _pipeline_layout, _recompute_modules, _offload_modules, _zero1_sync, _ep_dispatcher, _ep_overlap, _float, _framework, _hardware,
                          _post_validation, _tp_overlap)
+from .moe_fields import _moe_routing, _moe_unpermute
 
 @dataclass
 class RunCase:
@@ -166,6 +167,7 @@ class _Parallel(NamedTuple):
     routing: str
     capacity: float
     ep_einsum: bool = False
+    unpermute: str | None = None
 
 
 def _parallelism(row: dict, a: _Arch, assumed: list) -> _Parallel:
@@ -203,6 +205,7 @@ def _parallelism(row: dict, a: _Arch, assumed: list) -> _Parallel:
         raise Skip("an einsum MoE dispatcher on a dense model (moe_experts empty or 0)", "ep_dispatcher",
                    _cell(row, "ep_dispatcher"))
     routing, capacity = _moe_routing(row, assumed, experts)
+    unpermute = _moe_unpermute(row, experts)
     if ep_overlap and not experts:
         raise Skip("EP overlap on a dense model (moe_experts empty or 0)", "ep_comm_overlap",
                    _cell(row, "ep_comm_overlap"))
@@ -216,7 +219,7 @@ def _parallelism(row: dict, a: _Arch, assumed: list) -> _Parallel:
         raise Skip(f"global batch {gb} is not a multiple of dp*micro_batch = {dp * mb}", "global_batch_seqs",
                    _cell(row, "global_batch_seqs"))
     return _Parallel(n, tp, pp, cp, ep, dp, etp, vpp, mb, gb, tp_overlap, ep_overlap, ep_dedup, routing, capacity,
-                     ep_einsum)
+                     ep_einsum, unpermute)
 
 
 def _precision_and_hardware(row: dict, gpu: str, n: int, tp: int, assumed: list):
@@ -342,6 +345,7 @@ def build_case(i: int, row: dict) -> RunCase:
                                                            ep_token_dedup=par.ep_dedup,
                                                            moe_einsum_dispatch=par.ep_einsum,
                                                            moe_routing=par.routing, moe_capacity_factor=par.capacity,
+                                                           moe_unpermute=par.unpermute,
                                                            optimizer_post_validation=post_validation,
                                                            fsdp_regather=regather, shard_gradients=zero2,
                                                            fsdp_gather=gather, zero1_param_sync=z1_sync,
@@ -359,7 +363,7 @@ def build_case(i: int, row: dict) -> RunCase:
         raise _spec_skip(e, row) from None
     if not flavour_text and dp * cp > 1:
         assumed.append(f"zero_or_fsdp={flavour} (not stated; {framework}'s default)")
-    if a.experts and not par.ep_einsum and scen.workload.resolved_moe_unpermute != "fused":
+    if a.experts and not par.ep_einsum and par.unpermute is None and scen.workload.resolved_moe_unpermute != "fused":
         assumed.append(f"moe_unpermute={scen.workload.resolved_moe_unpermute} (the {framework} class's own: "
                        "torchtitan's atomic combine)")
     if dp * cp == 1:
