@@ -137,12 +137,28 @@ def act_per_microbatch(k: ScenarioConsts, rc, tok, tp, ep, Ls, Ls_dense, Ls_moe,
     act_scores = 0.0 if k.flash else act_scale * Ls * C.ACT_SCORES_BYTES_PER_TOKEN_HEAD_SEQ * k.heads * tok * k.seq / tp
     if k.eager_acts:
         act_sel = act_lin
+    elif k.dots_acts:
+        act_sel = dots_kept_bytes(k, tok, tp, Ls, Ls_dense) + act_scale * tok * k.h / tp * mlp_moe * Ls_moe + masks
     elif "core_attn" not in k.rc_modules:
         act_sel = act_sel + act_scores
     act_mb = xp.select([rc == R_NONE, rc == R_SELECTIVE],
                        [act_lin + act_scores, act_sel],
                        act_scale * C.ACT_FULL_RECOMPUTE_BYTES_PER_TOKEN_HIDDEN * tok * k.h / tp * Ls)
     return act_mb, (act_lin + act_scores) / Ls
+
+
+def dots_kept_bytes(k: ScenarioConsts, tok, tp, Ls, Ls_dense):
+    """Bytes a micro-batch keeps under JAX rematerialisation that saves the weight matmuls' outputs
+    (``jax.checkpoint_policies.checkpoint_dots_with_no_batch_dims``) and the attention output named
+    "context" (MaxText's remat_policy minimal_flash, MaxText/layers/models.py; WorkloadSpec.activation_memory
+    = dots under recompute selective), per token and layer in the activation dtype: the layer's input
+    (the remat boundary), the queries, keys and values, the context, the output projection's output;
+    per dense MLP its up projections' outputs ((mlp_mats - 1) ffn: wi_0 and wi_1 when gated) and its
+    down projection's output. Norms, rotary embeddings and the activation function are recomputed.
+    An MoE block keeps the fused count (``act_per_microbatch``)."""
+    attn = 2.0 * k.h + k.q_width + k.kv_width + k.v_out_width     # input, q, k and v, context, out_proj
+    mlp = (k.mlp_mats - 1.0) * k.ffn + k.h
+    return k.wire_bytes * tok / tp * (attn * Ls + mlp * Ls_dense)
 
 
 def logits_bytes(k: ScenarioConsts, tok, tp, pp, n_in_flight):

@@ -44,6 +44,7 @@ class ScenarioConsts:
     flash: bool
     attn_speed: float            # attention kernel speed over the native one (WorkloadSpec.attention_kernel)
     eager_acts: bool             # WorkloadSpec.activation_memory == "eager"
+    dots_acts: bool              # WorkloadSpec.activation_memory == "dots"
     post_validation: bool        # WorkloadSpec.optimizer_post_validation
     tp_overlap: bool             # WorkloadSpec.tp_comm_overlap
     ep_overlap: bool             # WorkloadSpec.ep_comm_overlap
@@ -266,6 +267,7 @@ def _compute_consts(scenario: Scenario, params: CostParams) -> ScenarioConsts:
         net_eff=params.network_efficiency, flash=scenario.workload.flash_attention,
         attn_speed=fa2_speed_ratio(m.qk_head_dim) if scenario.workload.attention_kernel == "fa2" and slow.compute_capability >= C.FA2_SLOW_FROM_COMPUTE_CAPABILITY else 1.0,
         eager_acts=scenario.workload.activation_memory == "eager",
+        dots_acts=scenario.workload.activation_memory == "dots",
         post_validation=scenario.workload.optimizer_post_validation,
         tp_overlap=scenario.workload.tp_comm_overlap, ep_overlap=scenario.workload.ep_comm_overlap,
         ep_dedup=scenario.workload.ep_token_dedup,

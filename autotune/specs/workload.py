@@ -194,11 +194,13 @@ class WorkloadSpec(BaseModel):
         "instead of 2; the fp32 master stays with the optimizer) and gathers them in fp8 (Megatron-Core's "
         "--fp8-param-gather, NeMo's fp8 recipes); precision fp8 only: 1 B in memory and on the "
         "data-parallel all-gathers")
-    activation_memory: Literal["fused", "eager"] = Field(
+    activation_memory: Literal["fused", "eager", "dots"] = Field(
         default="fused", description="which tensors the backward keeps: fused = Megatron-Core / "
         "TransformerEngine kernels (Korthikanti et al. 2022's per-layer bytes); eager = PyTorch eager "
         "autograd (unfused RMSNorm, SwiGLU's gate and product, torch's cross-entropy and pipelining), as "
-        "the reference workload and torchtitan without torch.compile run")
+        "the reference workload and torchtitan without torch.compile run; dots = JAX rematerialisation "
+        "that keeps the weight matmuls' outputs and the attention output (MaxText's remat_policy minimal_flash: "
+        "checkpoint_dots_with_no_batch_dims and 'context'), under recompute selective; otherwise as fused")
 
     recompute_modules: tuple[Literal[RECOMPUTE_MODULES], ...] = Field(
         default=("core_attn",), min_length=1, description="what recompute = selective re-runs in the "
@@ -235,16 +237,16 @@ class WorkloadSpec(BaseModel):
 
     @model_validator(mode="after")
     def _modules_need_fused(self):
-        if self.activation_memory == "eager" and self.recompute_modules != ("core_attn",):
+        if self.activation_memory != "fused" and self.recompute_modules != ("core_attn",):
             raise ValueError(f"recompute_modules {','.join(self.recompute_modules)} needs activation_memory "
-                             "fused (Megatron-Core's --recompute-modules); eager autograd prices core_attn only")
+                             f"fused (Megatron-Core's --recompute-modules); {self.activation_memory} prices core_attn only")
         if self.zero1_shard_ranks and self.zero1_param_sync != "broadcast":
             raise ValueError(f"zero1_shard_ranks {self.zero1_shard_ranks} needs zero1_param_sync broadcast "
                              "(InternEvo's hybrid ZeRO); the all_gather sync shards over all data-parallel ranks")
         off = set(self.offload_modules)
-        if off and self.activation_memory == "eager":
-            raise ValueError(f"offload_modules {','.join(self.offload_modules)} needs activation_memory fused "
-                             "(Megatron-Core's fine-grained activation offloading)")
+        if off and self.activation_memory != "fused":
+            raise ValueError(f"offload_modules {','.join(self.offload_modules)} needs activation_memory fused, "
+                             f"not {self.activation_memory} (Megatron-Core's fine-grained activation offloading)")
         if "attn_proj" in off and "core_attn" not in off:
             raise ValueError("offload_modules attn_proj needs core_attn too (attn_proj's input is core_attn's "
                              "output, which core_attn's backward needs; Megatron-Core refuses it alone)")

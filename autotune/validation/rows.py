@@ -340,6 +340,7 @@ def build_case(i: int, row: dict) -> RunCase:
         scen = Scenario(model=model, workload=WorkloadSpec(global_batch_seqs=gb, seq_len=a.seq, precision=precision,
                                                            flash_attention=flash, attention_kernel=attn_kernel,
                                                            framework=framework,
+                                                           activation_memory="dots" if framework == "jax" else "fused",
                                                            tp_comm_overlap=par.tp_overlap,
                                                            ep_comm_overlap=par.ep_overlap,
                                                            ep_token_dedup=par.ep_dedup,
@@ -363,6 +364,8 @@ def build_case(i: int, row: dict) -> RunCase:
         raise _spec_skip(e, row) from None
     if not flavour_text and dp * cp > 1:
         assumed.append(f"zero_or_fsdp={flavour} (not stated; {framework}'s default)")
+    if framework == "jax" and rec in ("selective", ""):
+        assumed.append("activation_memory=dots (the jax class's own: MaxText's remat keeps the matmuls' outputs)")
     if a.experts and not par.ep_einsum and par.unpermute is None and scen.workload.resolved_moe_unpermute != "fused":
         assumed.append(f"moe_unpermute={scen.workload.resolved_moe_unpermute} (the {framework} class's own: "
                        "torchtitan's atomic combine)")
