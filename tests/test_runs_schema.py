@@ -373,6 +373,7 @@ def test_moe_routing_phrases_that_name_no_routing_skip_the_row(tmp_path, text):
     ("Atomic scatter-add", "scatter_add"), ("fused", "fused"), ("--moe-permute-fusion", "fused"),
     ("Megatron-Core moe_unpermute", "fused"), ("DeepEP combine", "fused"), ("TE fused permute", "fused"),
     ("no scatter_add (gather)", "fused"), ("non-atomic", "fused"), ("MegaBlocks", "fused"),
+    ("nonatomic", "fused"), ("not using scatter_add", "fused"), ("atomic-free", "fused"), ("deep-ep", "fused"),
 ])
 def test_moe_unpermute_spellings_set_the_workload_and_silence_the_assumption(tmp_path, text, want):
     moe = {"moe_experts": "64", "moe_topk": "8", "expert_ffn_hidden": "1408", "ep": "8", "framework": "torchtitan"}
@@ -393,3 +394,20 @@ def test_moe_unpermute_unstated_takes_the_class_default_and_bad_cells_skip(tmp_p
     assert [(s["column"], s["value"]) for s in skipped] == [("moe_unpermute", "sometimes"),
                                                             ("moe_unpermute", "scatter_add")]
     assert "dense model" in skipped[1]["reason"]
+
+
+@pytest.mark.parametrize("text", ["--moe-permute-fusion false", "unfused", "no permute fusion", "fused: no",
+                                  "fused moe_unpermute instead of scatter_add", "allgather dispatcher", "combine"])
+def test_moe_unpermute_cells_that_do_not_say_which_kernel_skip_the_row(tmp_path, text):
+    """A fusion switched off (Megatron-Core 0.9 and 0.11+ un-permute differently), both kernels
+    named, or only an all-gather or a bare combine: the row is skipped naming the column and value."""
+    moe = {"moe_experts": "64", "moe_topk": "8", "expert_ffn_hidden": "1408", "ep": "8"}
+    _, skipped = V.read_runs(_write(tmp_path, [moe, {**moe, "moe_unpermute": text}]))
+    assert [(s["column"], s["value"]) for s in skipped] == [("moe_unpermute", text)]
+
+
+def test_moe_unpermute_on_an_einsum_dispatch_skips_the_row(tmp_path):
+    moe = {"moe_experts": "64", "moe_topk": "2", "expert_ffn_hidden": "1408", "ep": "8", "ep_dispatcher": "einsum"}
+    _, skipped = V.read_runs(_write(tmp_path, [moe, {**moe, "moe_unpermute": "scatter_add"}]))
+    assert [(s["column"], s["value"]) for s in skipped] == [("moe_unpermute", "scatter_add")]
+    assert "einsum" in skipped[0]["reason"]

@@ -170,7 +170,9 @@ every element's offsets, so the SMs bound the kernel, not the HBM): the median o
 cases of kind swiglu_fwd (``autotune/data/h100``: ``F.silu(u[:, :h]) * u[:, h:]``, 8-16k tokens, h
 4-16k; two such kernels, 3.46-3.58e11 elements a second each). SM-bound, not HBM-bound: the
 H200, never fit on, runs the same cases at 2.98-3.83e11 with 1.4x the HBM bandwidth (the same 132
-SMs and clock). Taken as is for every GPU (measured on Hopper only). Used by
+SMs and clock; its smallest case, h = 4,096, runs 16% slower than this rate). The data fix the two
+kernels' sum: giving silu and the product the same rate is an assumption. Taken as is for every
+GPU (measured on Hopper only; an A100's fewer, slower SMs would run slower). Used by
 ``kernels.eager_gated_activation_time_s``."""
 CROSS_ENTROPY_FWD_TRAFFIC_BYTES_PER_LOGIT = 38.0
 CROSS_ENTROPY_BWD_TRAFFIC_BYTES_PER_LOGIT = 14.0

@@ -81,6 +81,7 @@ class ScenarioConsts:
     ddp_bucket_bytes: float = 0.0                      # > 0: the DDP flavour's bucket instead (torch DDP)
     one_bucket_without_overlap: bool = False           # C.ONE_BUCKET_WITHOUT_OVERLAP_FRAMEWORKS
     scatter_unpermute: bool = False  # MoE un-permutation by eager atomic scatter-add (WorkloadSpec.moe_unpermute)
+    moe_input_tp_replicated: bool = False  # torchtitan (pytorch class): the MoE input whole on every TP rank
     host_s_dense: float = 0.0    # host seconds to launch one dense layer's forward (no TP collectives)
     host_s_moe: float = 0.0      # ... one MoE layer's
     host_s_tp: float = 0.0       # ... a layer's TP collectives (tp > 1)
@@ -296,6 +297,7 @@ def _compute_consts(scenario: Scenario, params: CostParams) -> ScenarioConsts:
                            C.FP32_BYTES if scenario.workload.resolved_grad_reduce_dtype == "fp32" else C.ACTIVATION_BYTES),
         one_bucket_without_overlap=scenario.workload.framework in C.ONE_BUCKET_WITHOUT_OVERLAP_FRAMEWORKS,
         scatter_unpermute=scenario.workload.resolved_moe_unpermute == "scatter_add",
+        moe_input_tp_replicated=scenario.workload.framework == "pytorch",
         **host_launch_seconds(params, scenario.workload.flash_attention, all(g.async_launch for g in gpus)),
         fsdp_gather=_FSDP_GATHER[scenario.workload.fsdp_gather], **fsdp_gather_counts(m),
     )

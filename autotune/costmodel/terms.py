@@ -165,8 +165,8 @@ def compute_terms(k: ScenarioConsts, p: CostParams, mb, cp, tp, ep, et, xp) -> C
             first = tok * k.top_k * k.h / tp
             routed_elems = tok * k.top_k * k.h * (1.0 + et * load) / tp
             moe_permute = memory_bound_time_s(C.MOE_PERMUTE_TRAFFIC_BYTES_PER_ROUTED_ELEMENT * routed_elems, k.hbm_Bps)
-            if k.scatter_unpermute:    # torchtitan splits tokens over TP only under EP with etp 1
-                whole = xp.where((ep > 1) & (et == 1), first, first * tp)
+            if k.scatter_unpermute:    # torchtitan splits tokens over TP only under EP with etp 1; Megatron under SP
+                whole = xp.where((ep > 1) & (et == 1) | (not k.moe_input_tp_replicated), first, first * tp)
                 moe_permute = moe_permute + (moe_token_move_time_s(whole, k.hbm_Bps, True)
                                              - moe_token_move_time_s(first, k.hbm_Bps, False))
         # moe_act re-runs the activation on each routed copy this rank's experts hold: it reads fc1's

@@ -205,7 +205,7 @@ def _parallelism(row: dict, a: _Arch, assumed: list) -> _Parallel:
         raise Skip("an einsum MoE dispatcher on a dense model (moe_experts empty or 0)", "ep_dispatcher",
                    _cell(row, "ep_dispatcher"))
     routing, capacity = _moe_routing(row, assumed, experts)
-    unpermute = _moe_unpermute(row, experts)
+    unpermute = _moe_unpermute(row, experts, ep_einsum)
     if ep_overlap and not experts:
         raise Skip("EP overlap on a dense model (moe_experts empty or 0)", "ep_comm_overlap",
                    _cell(row, "ep_comm_overlap"))
