@@ -25,15 +25,24 @@ def _mem(scen, mb, rc="selective", tp=1, dp=8):
 
 def test_a_micro_batch_keeps_the_matmul_outputs_the_context_and_the_layer_input():
     """Each micro-batch more adds, per token and layer, 2 B x (the input, q, k, v, the context,
-    the output projection's output, wi_0 and wi_1, wo's output), computed here from the shape, and
+    the output projection's output, wi_0 and wi_1; not wo's output, which feeds only the residual
+    add), computed here from the shape, and
     its logits on the head's rank (fused: LOGITS_BYTES a logit)."""
     s = _llama()
     m = s.model
     h, ffn, hd = m.hidden, m.ffn_hidden, m.hidden // m.n_heads
-    elems = 2 * h + m.n_heads * hd + 2 * m.n_kv_heads * hd + m.n_heads * hd + 2 * ffn + h
+    elems = 2 * h + m.n_heads * hd + 2 * m.n_kv_heads * hd + m.n_heads * hd + 2 * ffn
     per_mb = 2.0 * s.seq_len * m.n_layers * elems + C.LOGITS_BYTES * s.seq_len * m.vocab
     assert _mem(s, 2) - _mem(s, 1) == pytest.approx(per_mb, rel=1e-9)
     assert _mem(s, 2, tp=2, dp=4) - _mem(s, 1, tp=2, dp=4) == pytest.approx(per_mb / 2, rel=1e-9)
+
+
+def test_fp32_training_keeps_the_same_tensors_at_four_bytes():
+    bf16, fp32 = _llama(), _llama(**{"workload.precision": "fp32"})
+    logits = C.LOGITS_BYTES * bf16.seq_len * bf16.model.vocab
+    d16 = _mem(bf16, 2) - _mem(bf16, 1) - logits     # the logits' bytes per logit do not change
+    d32 = _mem(fp32, 2) - _mem(fp32, 1) - logits
+    assert d16 > 0 and d32 == pytest.approx(2 * d16, rel=1e-9)
 
 
 @settings(max_examples=25, deadline=None)
@@ -58,7 +67,7 @@ def test_dots_with_megatron_modules_or_offloading_is_refused_in_one_line():
 
 
 def test_jax_rows_keep_the_matmul_outputs_and_say_so(tmp_path):
-    """A jax-class runs row under selective (or unstated) recomputation is read as dots, printed; a
+    """A jax-class runs row is read as dots, printed under selective recomputation; a
     Megatron module list on it skips the row."""
     jax = {"model_name": "Llama-2-7B", "framework": "MaxText", "recompute": "selective"}
     rows = [jax, {**jax, "recompute": "full"}, {**jax, "framework": "megatron"},

@@ -177,8 +177,9 @@ def test_fuzzed_command_lines(case, tmp_path_factory):
 
 
 def test_zz_report_fuzz_counts():
-    """Runs last in this module: hands the number of generated cases to the reliability table."""
-    total = sum(CASES.values())
-    assert total >= 4 * FUZZ.max_examples or total == 0   # 0 when run alone with -k
+    """Runs last in this module's process: hands the number of generated cases to the reliability
+    table. Each fuzz test that ran here generated its max_examples cases (under pytest-xdist a
+    worker runs some of them, with -k none)."""
+    assert all(n == 0 or n >= FUZZ.max_examples for n in CASES.values()), dict(CASES)
     for kind, n in CASES.items():
         record(f"fuzz:{kind}", n)

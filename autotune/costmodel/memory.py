@@ -151,13 +151,16 @@ def dots_kept_bytes(k: ScenarioConsts, tok, tp, Ls, Ls_dense):
     """Bytes a micro-batch keeps under JAX rematerialisation that saves the weight matmuls' outputs
     (``jax.checkpoint_policies.checkpoint_dots_with_no_batch_dims``) and the attention output named
     "context" (MaxText's remat_policy minimal_flash, MaxText/layers/models.py; WorkloadSpec.activation_memory
-    = dots under recompute selective), per token and layer in the activation dtype: the layer's input
-    (the remat boundary), the queries, keys and values, the context, the output projection's output;
-    per dense MLP its up projections' outputs ((mlp_mats - 1) ffn: wi_0 and wi_1 when gated) and its
-    down projection's output. Norms, rotary embeddings and the activation function are recomputed.
-    An MoE block keeps the fused count (``act_per_microbatch``)."""
+    = dots under recompute selective), per token and layer in the activation dtype: what the
+    backward needs of those, the layer's input (the remat boundary), the queries, keys and values,
+    the context, the output projection's output (the post-attention norm's input is recomputed
+    from it); per dense MLP its up projections' outputs ((mlp_mats - 1) ffn: wi_0 and wi_1 when
+    gated). The down projection's output only feeds the residual add, which the backward does not
+    need. Norms, rotary embeddings and the activation function are recomputed; TransformerEngine's
+    fused attention also names its fp32 log-sum-exp "context" (4 B a head, left out). An MoE
+    block keeps the fused count (``act_per_microbatch``)."""
     attn = 2.0 * k.h + k.q_width + k.kv_width + k.v_out_width     # input, q, k and v, context, out_proj
-    mlp = (k.mlp_mats - 1.0) * k.ffn + k.h
+    mlp = (k.mlp_mats - 1.0) * k.ffn
     return k.wire_bytes * tok / tp * (attn * Ls + mlp * Ls_dense)
 
 

@@ -364,7 +364,7 @@ def build_case(i: int, row: dict) -> RunCase:
         raise _spec_skip(e, row) from None
     if not flavour_text and dp * cp > 1:
         assumed.append(f"zero_or_fsdp={flavour} (not stated; {framework}'s default)")
-    if framework == "jax" and rec in ("selective", ""):
+    if framework == "jax" and rec == "selective":
         assumed.append("activation_memory=dots (the jax class's own: MaxText's remat keeps the matmuls' outputs)")
     if a.experts and not par.ep_einsum and par.unpermute is None and scen.workload.resolved_moe_unpermute != "fused":
         assumed.append(f"moe_unpermute={scen.workload.resolved_moe_unpermute} (the {framework} class's own: "
