@@ -7,16 +7,15 @@ import sys
 import click
 
 from .cli_calibrate import calibrate
-from .cli_common import (EXIT_SERVICE_UNAVAILABLE, EXIT_USER_ERROR, MAX_BENCH_ROWS, MAX_SEEDS, MAX_TRIALS, STRICT_FLOAT,
-                         STRICT_INT, _backend_options, _emit, _header, _params, _print_evaluation, _print_header,
-                         _objectives, _print_launch, _scenario, remove_unused_out, given, params_option,
-                         scenario_options)
+from .cli_common import (EXIT_BROKEN_PIPE, EXIT_SERVICE_UNAVAILABLE, EXIT_USER_ERROR, MAX_BENCH_ROWS, MAX_SEEDS,
+                         MAX_TRIALS, STRICT_FLOAT, STRICT_INT, _backend_options, _emit, _header, _params,
+                         _print_evaluation, _print_header, _objectives, _print_launch, _scenario, remove_unused_out,
+                         given, params_option, scenario_options, stdout_closed)
 from .cli_explain import explain, importance, report, sensitivity, timeline
 from .cli_propose import propose
 from .cli_search import search
 from .cli_validate import kernels, memory, validate
 from .errors import ServiceUnavailable, StorageCorrupt, UserInputError
-
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "show_default": True})
@@ -388,8 +387,10 @@ def main(argv=None) -> int:
     except click.Abort:
         click.echo("autotune: aborted", err=True)
         return 130
-    except click.exceptions.Exit as e:
-        return e.exit_code
+    except SystemExit as e:     # click exits 1 when the reader of stdout left (EPIPE): say nothing
+        if e.code == 1 and stdout_closed():
+            return EXIT_BROKEN_PIPE
+        raise
     return rv if isinstance(rv, int) and not isinstance(rv, bool) else 0
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from pathlib import Path
 
 import click
@@ -14,6 +15,12 @@ from .numtext import MAX_INT_DIGITS, MAX_SEED, finite_float_or_none, int_or_none
 EXIT_USER_ERROR = 2
 EXIT_SERVICE_UNAVAILABLE = 3
 EXIT_NO_RESULT = 4   # search ran, but no configuration fits in memory (1 stays a crash's)
+EXIT_BROKEN_PIPE = 141   # 128 + SIGPIPE: stdout's reader left (`autotune validate | head`), as a shell reports it
+
+
+def stdout_closed() -> bool:
+    """Whether click met EPIPE on stdout: it then wraps sys.stdout to silence the final flush."""
+    return type(sys.stdout).__name__ == "_PacifyFlushWrapper"
 
 
 class _StrictInt(click.ParamType):

@@ -220,3 +220,16 @@ def test_a_bad_parameter_file_writes_nothing(run_cli, tmp_path):
                     cwd=tmp_path)
         assert r.returncode == 2 and "no_such_knob" in r.stderr and "\n" not in r.stderr.strip()
     assert sorted(x.name for x in tmp_path.iterdir()) == ["bad.yaml"]
+
+
+def test_a_reader_that_leaves_early_gets_the_shell_code_and_no_noise():
+    """`autotune validate | head -1`: click meets EPIPE on stdout; the command exits 141 (128 +
+    SIGPIPE, as a shell reports a writer the pipe killed) with nothing on stderr, not 1."""
+    import subprocess
+    import sys
+    exe = str(Path(sys.executable).with_name("autotune"))
+    p = subprocess.Popen([exe, "validate"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert p.stdout.readline()
+    p.stdout.close()
+    err = p.stderr.read()
+    assert p.wait(timeout=120) == 141 and err == b""
