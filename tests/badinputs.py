@@ -78,7 +78,8 @@ BAD_SET_SYNTAX = ["model.nope=1", "cluster.scale_out.nope=1", "workload.nope=1",
                   "model.name=" + "x" * 300, "cluster.buildings=[]", "cluster.scale_out.load_balancing=magic",
                   "cluster.scale_out.loss_recovery=none", "workload.precision=fp4", "workload.fsdp_regather=sometimes",
                   "cluster.buildings.\u00b2.gpus=8", "cluster.buildings.\u0661.gpus=8", "cluster.buildings.+1.gpus=8",
-                  "workload.moe_unpermute=atomic"]
+                  "workload.moe_unpermute=atomic", "workload.moe_unpermute=scatter_add",
+                  "workload.activation_memory=remat"]
 
 CONFIG_FIELDS = ["tp", "cp", "ep", "pp", "dp", "pp_chunks", "micro_batch", "overlap_dp", "xb_queue_pairs",
                  "nccl_channels", "nccl_buffer_mib", "dp_bucket_mib"]

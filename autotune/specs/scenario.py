@@ -46,6 +46,10 @@ class Scenario(BaseModel):
         if moe_off and not self.model.moe_experts:
             raise ValueError(f"workload.offload_modules {','.join(moe_off)} need a mixture-of-experts model "
                              "(model.moe_experts is 0)")
+        if self.workload.moe_unpermute is not None and not self.model.moe_experts:
+            from ..errors import UserInputError
+            raise UserInputError("workload.moe_unpermute", self.workload.moe_unpermute, "unset: model "
+                                 f"{self.model.name} is dense (model.moe_experts is 0)")
         return self
 
     @property
