@@ -411,3 +411,16 @@ def test_moe_unpermute_on_an_einsum_dispatch_skips_the_row(tmp_path):
     _, skipped = V.read_runs(_write(tmp_path, [moe, {**moe, "moe_unpermute": "scatter_add"}]))
     assert [(s["column"], s["value"]) for s in skipped] == [("moe_unpermute", "scatter_add")]
     assert "einsum" in skipped[0]["reason"]
+
+
+def test_an_unstated_pipeline_schedule_kept_at_1f1b_is_printed(tmp_path):
+    """pp > 1 with no schedule: a Megatron dense row's is resolved (printed as the fastest that
+    fits); a pytorch-class row and an MoE row keep 1F1B, and say so."""
+    rows = [{"pp": "2", "dp": "16", "framework": "torchtitan", "zero_or_fsdp": "fsdp"},
+            {"pp": "2", "dp": "16", "moe_experts": "64", "moe_topk": "8", "expert_ffn_hidden": "1408", "ep": "8"},
+            {"pp": "2", "dp": "16", "pipeline_schedule": "1f1b", "framework": "torchtitan", "zero_or_fsdp": "fsdp"}]
+    code, out, err = _cli("validate", "--runs", str(_write(tmp_path, rows)), "--json")
+    assert code == 0, err
+    said = [[a for a in r["assumptions"] if a.startswith("pp_schedule=")] for r in json.loads(out)["rows"]]
+    assert said == [["pp_schedule=1f1b (not stated; the pytorch class keeps 1F1B)"],
+                    ["pp_schedule=1f1b (not stated; an MoE row keeps 1F1B)"], []]
