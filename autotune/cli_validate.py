@@ -1,6 +1,7 @@
 """``autotune validate`` and ``autotune kernels``: the cost model against measured runs and kernels."""
 from __future__ import annotations
 
+import json
 import sys
 
 import click
@@ -21,8 +22,8 @@ from .errors import UserInputError
 @click.option("--json", "as_json", is_flag=True)
 def validate(runs, fit, write_path, loso, jobs, params_file, as_json):
     """Error of the cost model on measured runs, row by row (in-sample, or held out by source family)."""
-    from .validation import default_jobs, fit_params, loso as run_loso, one_line, write_params
-    from .validation import validate as run_validation
+    from .validation import one_line
+    from .validation.runs_file import NoScoreableRows
     if jobs < 0:
         raise UserInputError("--jobs", jobs, "0 (one per CPU) or a positive number of processes")
     if jobs > MAX_JOBS:
@@ -48,19 +49,12 @@ def validate(runs, fit, write_path, loso, jobs, params_file, as_json):
     if params_file is not None and (fit or loso):
         raise UserInputError("--params", params_file, "not with --fit or --loso (they fit the parameters); "
                              "alone it scores the runs with the file's parameters")
-    if loso:
-        if fit or write_path:
-            raise UserInputError("--fit" if fit else "--write", write_path if write_path else True,
-                                 "not with --loso (it fits once per held-out family; use --fit --write alone "
-                                 "to write a calibration)")
-        data = run_loso(runs, jobs=jobs or default_jobs(), progress=not as_json and sys.stderr.isatty())
-    else:
-        params = _params(params_file)
-        if fit:
-            params, report = fit_params(runs)
-            if write_path:
-                write_params(params, write_path, report)
-        data = run_validation(runs, params)
+    try:
+        data = _validation_data(runs, fit, write_path, loso, jobs, params_file, as_json)
+    except NoScoreableRows as e:       # every row's reason on stdout, then the one-line error (exit 2)
+        click.echo(json.dumps({"n": 0, "skipped": e.skipped}, indent=2) if as_json
+                   else "\n".join(_skip_line(s) for s in e.skipped))
+        raise
 
     def pct(v):
         return "   -" if v is None else f"{v:5.1f}%"
@@ -92,8 +86,7 @@ def validate(runs, fit, write_path, loso, jobs, params_file, as_json):
 
     def skipped_and_ignored(d):
         for s in d["skipped"]:
-            click.echo(f"{s['row']:4d} SKIPPED {s['model_name'][:34]}: row {s['row']} (line {s['line']}): "
-                       f"{s['reason']}")
+            click.echo(_skip_line(s))
         if d["ignored_columns"]:
             click.echo("ignored columns (not columns of published_runs.csv): " + ", ".join(d["ignored_columns"]))
 
@@ -245,3 +238,28 @@ def memory(measure, data_path, write_path, as_json):
         for sc, st in d["other_schedules"].items():
             line(f"{sc} (torch's schedule)", st)
     _emit(data, as_json, human)
+
+
+def _skip_line(s: dict) -> str:
+    return f"{s['row']:4d} SKIPPED {s['model_name'][:34]}: row {s['row']} (line {s['line']}): {s['reason']}"
+
+
+def _validation_data(runs, fit, write_path, loso, jobs, params_file, as_json) -> dict:
+    """What ``validate`` prints: the runs scored held out (--loso), by a refit (--fit) or by the
+    shipped or given parameters."""
+    from .validation import default_jobs, fit_params, loso as run_loso, write_params
+    from .validation import validate as run_validation
+    if loso:
+        if fit or write_path:
+            raise UserInputError("--fit" if fit else "--write", write_path if write_path else True,
+                                 "not with --loso (it fits once per held-out family; use --fit --write alone "
+                                 "to write a calibration)")
+        data = run_loso(runs, jobs=jobs or default_jobs(), progress=not as_json and sys.stderr.isatty())
+    else:
+        params = _params(params_file)
+        if fit:
+            params, report = fit_params(runs)
+            if write_path:
+                write_params(params, write_path, report)
+        data = run_validation(runs, params)
+    return data

@@ -290,8 +290,9 @@ def test_unstated_schedule_of_a_dense_megatron_row_is_the_fastest_that_fits(tmp_
         assert any(a.startswith("pp_schedule=interleaved_1f1b, vpp=") and a.endswith("(the fastest that fits)")
                    for a in r["assumptions"]), r["assumptions"]
         assert r["predicted"] > rows[2]["predicted"]            # tokens/s: interleaving cuts the bubble
-    for r in rows[2:]:
-        assert not any(a.startswith("pp_schedule=") for a in r["assumptions"])
+    assert not any(a.startswith("pp_schedule=") for a in rows[2]["assumptions"])
+    for r, why in zip(rows[3:], ("the nanotron class keeps 1F1B", "an MoE row keeps 1F1B")):
+        assert f"pp_schedule=1f1b (not stated; {why})" in r["assumptions"], r["assumptions"]
     # Megatron interleaves only with a multiple of pp micro-batches: 8 sequences over dp 8 is one
     # micro-batch, so 1F1B (printed); a stated vpp, pp 1 and a bare "not stated" (no skip) behave
     few = {**dense, "global_batch_seqs": "8"}
@@ -424,3 +425,17 @@ def test_an_unstated_pipeline_schedule_kept_at_1f1b_is_printed(tmp_path):
     said = [[a for a in r["assumptions"] if a.startswith("pp_schedule=")] for r in json.loads(out)["rows"]]
     assert said == [["pp_schedule=1f1b (not stated; the pytorch class keeps 1F1B)"],
                     ["pp_schedule=1f1b (not stated; an MoE row keeps 1F1B)"], []]
+
+
+def test_a_file_with_no_scoreable_row_lists_every_reason_then_exits_2(tmp_path):
+    """Each row's one-line reason on stdout (as a scored file lists its skipped rows; under --json
+    the skipped list), then the one-line error on stderr, so the second row's problem is not hidden
+    behind the first's."""
+    p = _write(tmp_path, [{"gpu_type": "H100 PCIe"}, {"tp": "two"}])
+    code, out, err = _cli("validate", "--runs", str(p))
+    lines = out.strip().splitlines()
+    assert code == 2 and len(lines) == 2 and "gpu_type='H100 PCIe'" in lines[0] and "tp='two'" in lines[1]
+    assert len(err.strip().splitlines()) == 1 and err.startswith("autotune: error: --runs")
+    assert "(and 1 more, listed above)" in err
+    code, out, err = _cli("validate", "--runs", str(p), "--json")
+    assert code == 2 and [s["column"] for s in json.loads(out)["skipped"]] == ["gpu_type", "tp"]

@@ -197,7 +197,8 @@ def test_no_scoreable_row_through_the_real_command_line(run_cli, tmp_path):
     p = _file(tmp_path, lambda src: [_with(src, hidden="lots")], n_good=0)
     r = run_cli("validate", "--runs", str(p), "--json")
     err = r.stderr.strip()
-    assert r.returncode == 2 and r.stdout == "" and len(err.splitlines()) == 1 and "Traceback" not in err
+    assert r.returncode == 2 and len(err.splitlines()) == 1 and "Traceback" not in err
+    assert [s["column"] for s in json.loads(r.stdout)["skipped"]] == ["hidden"]     # every row's reason
     assert err.startswith("autotune: error: --runs") and "row 1: hidden='lots': not a number" in err, err
 
 

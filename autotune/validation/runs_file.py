@@ -18,6 +18,19 @@ from .predict import score
 from .rows import RunCase, build_case
 
 
+class NoScoreableRows(UserInputError):
+    """A runs file none of whose rows can be scored; ``skipped`` holds every row's reason (the
+    command prints them all before its one-line error)."""
+
+    def __init__(self, path: str, n_rows: int, skipped: list[dict]):
+        self.skipped = skipped
+        first = skipped[0] if skipped else None
+        why = f"; row {first['row']}: {first['reason']}" if first else ""
+        more = f" (and {len(skipped) - 1} more, listed above)" if len(skipped) > 1 else ""
+        super().__init__("--runs", path, f"a CSV with at least one scoreable row (none of its {n_rows} rows "
+                         f"is{why}{more})")
+
+
 def _norm_column(name) -> str:
     return re.sub(r"[\s\-]+", "_", str(name if name is not None else "").strip().lower())
 
@@ -148,9 +161,7 @@ def load_runs(path: str | Path | None = None) -> Runs:
                                             f"{one_line(str(e).splitlines()[0] if str(e) else '', 160)})"))
     runs.total_rows = i
     if not runs.cases:
-        first = runs.skipped[0] if runs.skipped else None
-        why = f"; row {first['row']}: {first['reason']}" if first else ""
-        raise UserInputError("--runs", str(p), f"a CSV with at least one scoreable row (none of its {i} rows is{why})")
+        raise NoScoreableRows(str(p), i, runs.skipped)
     return runs
 
 
