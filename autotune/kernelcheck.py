@@ -79,27 +79,29 @@ def gpu(preset: str = GPU_PRESET) -> Gpu:
 
 
 def gpu_preset_of(folder, preset: str | None) -> str:
-    """The hardware preset the measurements are scored against: ``preset`` where given (``--gpu``),
-    else the GPU named in the folder's gpu_info.txt (the measuring scripts write it), else the H100."""
-    if preset:
-        return preset
+    """The hardware preset the measurements are scored against: the GPU named in the folder's
+    gpu_info.txt (the measuring scripts write it), else ``preset`` (``--gpu``), else the H100; a
+    ``preset`` that contradicts the file is refused (one GPU's measurements, another's peaks)."""
     f = folder.joinpath("gpu_info.txt") if hasattr(folder, "joinpath") else Path(folder) / "gpu_info.txt"
     try:
         text = f.read_text()
     except FileNotFoundError:
-        return GPU_PRESET
+        return preset or GPU_PRESET
     except (OSError, UnicodeDecodeError) as exc:
+        if preset:           # the file cannot say otherwise
+            return preset
         raise UserInputError("--data", str(f), "a readable UTF-8 gpu_info.txt naming the GPU, or --gpu PRESET "
                              f"({getattr(exc, 'strerror', None) or type(exc).__name__})") from None
     name = map_gpu(text)
-    if name is None:     # never score another GPU's measurements against the H100 unasked
+    if preset and name and preset != name:
+        raise UserInputError("--gpu", preset, f"{name}, the GPU {f.name} names (or leave --gpu out)")
+    if not (preset or name):
         raise UserInputError("--gpu", "(not given)", f"a hardware preset: {f.name} names no known GPU "
                              f"({one_line(text, 60)!r}); name its preset with --gpu")
-    return name
+    return preset or name
 
 
-SHIPPED_DATA = ("h100", "h200")
-"""Measurement folders shipped in ``autotune/data`` (``--data h200`` names one)."""
+SHIPPED_DATA = ("h100", "h200")     # measurement folders shipped in autotune/data (--data h200 names one)
 
 
 def data_dir(path: str | None = None):
