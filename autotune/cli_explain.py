@@ -65,7 +65,11 @@ def explain(config_text, params_file, out_dir, html_path, as_json, **kw):
             click.echo("  " + tier_summary(be.get("tiers") or {}))
             att = b.get("attribution")
             if att:
-                click.echo(f"  gap {att['gap_s']:+.4f} s, changed one at a time:")
+                gap = att["gap_s"]
+                verdict = ("this configuration is faster" if gap > 0 else
+                           "this configuration is slower" if gap < 0 else "the same time")
+                click.echo(f"  gap {gap:+.4f} s ({name}'s time minus this one's: {verdict}); changed one at a "
+                           "time, each line the seconds it saves (+) or costs (-):")
                 for st in att["steps"]:
                     click.echo(f"    {st['factor']:<18} {st['baseline']} -> {st['explained']}: "
                                f"{st['saved_s']:+.4f} s" + (f"  ({st['note']})" if st["note"] else ""))

@@ -78,7 +78,7 @@ def make_config(fields: dict, n_gpus: int) -> Config:
                 raise UserInputError(f"config.{k}", v, f"an integer from 1 to {MAX_DEGREE}")
             denom *= v
         if n_gpus % denom:
-            raise UserInputError("config.dp", None, f"tp*cp*pp ({denom}) must divide the {n_gpus} GPUs")
+            raise UserInputError("config.tp*cp*pp", denom, f"a divisor of the {n_gpus} GPUs (dp is the rest)")
         fields["dp"] = n_gpus // denom
     try:
         return Config(**fields)

@@ -229,7 +229,12 @@ class SearchSpace:
                 value = b[r.field][i]
                 value = CATEGORICAL[r.field][int(value)] if r.field in CATEGORICAL else int(value)
                 where = f" (row {i} of {n})" if n > 1 else ""
-                raise UserInputError(f"config.{r.field}{where}", value, r.allowed)
+                allowed = r.allowed
+                if name == "microbatches":     # say how many there are: the batch, not micro_batch, may be the fix
+                    gb, dp, mb = self.scenario.global_batch_seqs, int(b["dp"][i]), int(b["micro_batch"][i])
+                    allowed += (f"; here {gb} sequences / (dp {dp} x micro_batch {mb}) = {gb // (dp * mb)} for pp "
+                                f"{int(b['pp'][i])} (fewer GPUs or a larger --global-batch also fix it)")
+                raise UserInputError(f"config.{r.field}{where}", value, allowed)
 
     # ---------------------------------------------------------------- enumeration
     @cached_property
