@@ -31,6 +31,7 @@ _V_SHAPED = (PPSchedule.ZBV, PPSchedule.DUALPIPEV)
 class Rule:
     field: str
     allowed: str
+    detail: object = None     # (batch, row) -> what the breaking row has, appended to ``allowed``
 
 
 class SearchSpace:
@@ -108,7 +109,10 @@ class SearchSpace:
             "batch": Rule("micro_batch", f"dp * micro_batch must divide the global batch ({s.global_batch_seqs} sequences)"),
             "no_pp": Rule("pp_schedule", "1f1b with pp_chunks=1 when pp=1"),
             "chunks": Rule("pp_chunks", "1 for gpipe/1f1b/zb1p/zb2p, >=2 for interleaved_1f1b, 2 for zbv/dualpipev"),
-            "microbatches": Rule("micro_batch", "at least pp micro-batches per step (a multiple of pp for interleaved_1f1b)"),
+            "microbatches": Rule("micro_batch", "at least pp micro-batches per step (a multiple of pp for interleaved_1f1b)",
+                                 lambda b, i: f"; here {s.global_batch_seqs} sequences / (dp {b['dp'][i]} x micro_batch {b['micro_batch'][i]}) "
+                                 f"= {s.global_batch_seqs // (b['dp'][i] * b['micro_batch'][i])} for pp {b['pp'][i]} (fewer GPUs or a "
+                                 "larger --global-batch also fix it)"),
             "placement": Rule("placement", self._placement_text(B)),
             "flavour": Rule("dp_flavour", "ddp when dp*cp=1; hsdp only when the data-parallel group spans buildings"),
             "spray_qps": Rule("xb_queue_pairs", "1 with packet_spray (queue pairs do not apply)"),
@@ -229,12 +233,7 @@ class SearchSpace:
                 value = b[r.field][i]
                 value = CATEGORICAL[r.field][int(value)] if r.field in CATEGORICAL else int(value)
                 where = f" (row {i} of {n})" if n > 1 else ""
-                allowed = r.allowed
-                if name == "microbatches":     # say how many there are: the batch, not micro_batch, may be the fix
-                    gb, dp, mb = self.scenario.global_batch_seqs, int(b["dp"][i]), int(b["micro_batch"][i])
-                    allowed += (f"; here {gb} sequences / (dp {dp} x micro_batch {mb}) = {gb // (dp * mb)} for pp "
-                                f"{int(b['pp'][i])} (fewer GPUs or a larger --global-batch also fix it)")
-                raise UserInputError(f"config.{r.field}{where}", value, allowed)
+                raise UserInputError(f"config.{r.field}{where}", value, r.allowed + (r.detail(b, i) if r.detail else ""))
 
     # ---------------------------------------------------------------- enumeration
     @cached_property
