@@ -167,11 +167,18 @@ def score(cases, params: CostParams, configs: dict | None = None) -> list[dict]:
                      "assumptions": c.assumptions
                      + ([] if c.recompute_stated else [f"recompute={cfg.recompute} (the fastest that fits)"])
                      + ([] if c.micro_batch_stated else [f"micro_batch={cfg.micro_batch} ({micro_batch_rule(c)})"])
-                     + ([f"pp_schedule={cfg.pp_schedule}, vpp={cfg.pp_chunks} (the fastest that fits)"]
-                        if schedule_resolved(c) else [] if c.schedule_stated else
-                        [f"pp_schedule={cfg.pp_schedule} (not stated; " + ("an MoE row keeps 1F1B)" if
-                         c.scenario.model.is_moe else f"the {c.scenario.workload.framework} class keeps 1F1B)")])})
+                     + _schedule_assumption(c, cfg)})
     return rows
+
+
+def _schedule_assumption(c: RunCase, cfg) -> list[str]:
+    """How an unstated pipeline schedule was taken: resolved (the fastest that fits) or kept at 1F1B."""
+    if schedule_resolved(c):
+        return [f"pp_schedule={cfg.pp_schedule}, vpp={cfg.pp_chunks} (the fastest that fits)"]
+    if c.schedule_stated:
+        return []
+    why = "an MoE row keeps 1F1B" if c.scenario.model.is_moe else f"the {c.scenario.workload.framework} class keeps 1F1B"
+    return [f"pp_schedule={cfg.pp_schedule} (not stated; {why})"]
 
 
 def _summary(apes) -> dict:
